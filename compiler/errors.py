@@ -1,0 +1,37 @@
+"""One small exception hierarchy. Each subclasses the builtin a caller would expect,
+so ``except ValueError`` still works, while the message names the exact problem."""
+from __future__ import annotations
+
+
+class CompilerError(Exception):
+    """Base class for every error the compiler raises on bad models or options."""
+
+
+class UnsupportedOpError(CompilerError, ValueError):
+    """A layer, ONNX op or attribute the compiler does not support (message names it)."""
+
+
+class ShapeError(CompilerError, ValueError):
+    """Dimensions that do not chain, or arrays of the wrong shape at a boundary."""
+
+
+class NonFiniteWeightError(CompilerError, ValueError):
+    """A weight or bias holds NaN or Inf."""
+
+
+class SmoothnessError(CompilerError, ValueError):
+    """Second order asked of a network whose activation is not twice differentiable."""
+
+
+class ToolchainError(CompilerError, RuntimeError):
+    """The C++ compiler is missing or failed; carries the command and its stderr."""
+
+    def __init__(self, message: str, command: list[str] | None = None, stderr: str = ""):
+        self.command = command or []
+        self.stderr = stderr
+        detail = message
+        if command:
+            detail += "\ncommand: " + " ".join(command)
+        if stderr:
+            detail += "\n" + stderr.strip()
+        super().__init__(detail)
