@@ -1,0 +1,17 @@
+"""Compiled barriers in Python: compile with the compiler, build with g++, load with ctypes."""
+from __future__ import annotations
+
+from .binding import CompiledLie
+from .build import CXXFLAGS, build_library
+
+
+def compile_barrier(model, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
+                    extra_flags: tuple[str, ...] = ()) -> CompiledLie:
+    """Compile a torch nn.Sequential, ONNX file or IR model and load it (cached by content)."""
+    from compiler.api import compile_model
+    source = compile_model(model, inputs=inputs, order=order, dtype=dtype, name=name)
+    library = build_library(source.name, source.header, source.abi, extra_flags)
+    return CompiledLie(library, dtype, header_path=library.parent / f"{source.name}.hpp", report=source.report)
+
+
+__all__ = ["CompiledLie", "compile_barrier", "build_library", "CXXFLAGS"]

@@ -1,0 +1,66 @@
+"""Build header + shim into a shared library with the host C++ compiler, cached by content.
+
+The flags live here and nowhere else. They give the same bits as a firmware build of the
+same header: no FMA contraction (-ffp-contract=off), IEEE semantics (no -ffast-math), and
+the header's own math functions, so vectorization cannot change any result.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import lru_cache
+from pathlib import Path
+
+from compiler.errors import ToolchainError
+
+CXXFLAGS = ("-std=c++17", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
+INSTALL_HINT = "install a C++17 compiler, e.g. `apt-get install -y g++`, or point CXX at one"
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("CBFSIM_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cbfsim")
+    return Path(root)
+
+
+def find_compiler() -> str:
+    cxx = os.environ.get("CXX", "g++")
+    path = shutil.which(cxx)
+    if not path:
+        raise ToolchainError(f"no C++ compiler found (looked for {cxx!r}); {INSTALL_HINT}")
+    return path
+
+
+@lru_cache(maxsize=8)
+def compiler_version(cxx: str) -> str:
+    try:
+        result = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {cxx}: {exc}; {INSTALL_HINT}") from exc
+    return result.stdout.splitlines()[0] if result.stdout else cxx
+
+
+def build_library(name: str, header: str, abi: str, extra_flags: tuple[str, ...] = ()) -> Path:
+    """Compile (or reuse) the shared library for this exact source, flags and compiler."""
+    cxx = find_compiler()
+    flags = CXXFLAGS + tuple(extra_flags)
+    key = hashlib.sha256("\0".join([name, header, abi, " ".join(flags), compiler_version(cxx)]).encode()).hexdigest()
+    target_dir = cache_dir() / key[:32]
+    library = target_dir / f"lib{name}.so"
+    if library.exists():
+        return library
+    target_dir.mkdir(parents=True, exist_ok=True)
+    (target_dir / f"{name}.hpp").write_text(header)
+    (target_dir / f"{name}_abi.cpp").write_text(abi)
+    fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".so.tmp")
+    os.close(fd)
+    command = [cxx, *flags, str(target_dir / f"{name}_abi.cpp"), "-o", tmp]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        Path(tmp).unlink(missing_ok=True)
+        raise ToolchainError(f"building {name} failed", command, result.stderr)
+    os.replace(tmp, library)
+    return library

@@ -1,0 +1,75 @@
+"""One orchestrator: load a model from any frontend, canonicalize, emit header + shim,
+write them atomically. The command line and the Python runtime both call this."""
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from .cost import CostReport
+from .emit_abi import emit_abi
+from .emit_cpp import EmitOptions, check_identifier, emit_header, sanitize_identifier
+from .errors import UnsupportedOpError
+from .ir import Model
+from .passes import canonicalize
+
+
+@dataclass(frozen=True)
+class CompiledSource:
+    name: str
+    header: str          # NAME.hpp
+    abi: str             # NAME_abi.cpp
+    report: CostReport
+    model: Model
+    options: EmitOptions
+
+    def write(self, directory: str | os.PathLike) -> tuple[Path, Path]:
+        """Write NAME.hpp and NAME_abi.cpp; each file appears whole or not at all."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        paths = (directory / f"{self.name}.hpp", directory / f"{self.name}_abi.cpp")
+        for path, text in zip(paths, (self.header, self.abi)):
+            atomic_write(path, text)
+        return paths
+
+
+def atomic_write(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_model(source, name: str | None = None) -> Model:
+    """IR from a torch ``nn.Module``, an ONNX file / bytes / ModelProto, or an IR Model."""
+    if isinstance(source, Model):
+        model = source
+    elif isinstance(source, (str, os.PathLike, bytes)) or type(source).__name__ == "ModelProto":
+        if isinstance(source, (str, os.PathLike)) and Path(source).suffix.lower() not in (".onnx",):
+            raise UnsupportedOpError(f"{source}: only ONNX files are read from disk (never pickles); "
+                                     "export with torch.onnx.export first")
+        from .frontend_onnx import load_onnx
+        model = load_onnx(source)
+        if name is None and isinstance(source, (str, os.PathLike)):
+            name = Path(source).stem
+    else:
+        from .frontend_torch import load_torch
+        model = load_torch(source)
+    if name is not None:
+        model = replace(model, name=name)
+    return model
+
+
+def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None) -> CompiledSource:
+    """Compile a barrier into header + shim text (nothing written)."""
+    model = load_model(source, name)
+    model = replace(model, name=check_identifier(name) if name else sanitize_identifier(model.name))
+    model = canonicalize(model)
+    options = EmitOptions(inputs=inputs, order=order, scalar=dtype)
+    header, report = emit_header(model, options)
+    return CompiledSource(model.name, header, emit_abi(model.name, options), report, model, options)

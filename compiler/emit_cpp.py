@@ -1,0 +1,338 @@
+"""IR -> one self-contained C++17 header with exact Lie derivatives from static memory.
+
+The header carries the whole method in plain loops: a dense layer on C channels
+(real path + tangents) and an elementwise activation that scales the tangents by
+sigma' (and forms the eps12 parts with sigma''). The weights are constexpr arrays; the
+workspace is one array whose size and every offset into it are planned here, at
+compile time, and printed as constants.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import __version__
+from .cost import CostReport, channels_for, cost_report
+from .cpp_activations import activation_body, literal
+from .cppmath import math_source
+from .errors import UnsupportedOpError
+from .ir import Activation, Dense, Model, validate
+from .passes import require_smooth
+
+CPP_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
+char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
+decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if
+inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
+register reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch
+template this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
+wchar_t while xor xor_eq std detail""".split())
+
+ABI_VERSION = 1
+
+
+def check_identifier(name: str) -> str:
+    """A C++ identifier usable as a namespace (no keywords, no reserved leading underscore)."""
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name in CPP_KEYWORDS:
+        raise ValueError(f"model name {name!r} is not a valid C++ identifier "
+                         "(letters, digits and single underscores, starting with a letter, not a keyword)")
+    return name
+
+
+def sanitize_identifier(text: str) -> str:
+    """Turn a file stem or label into a valid identifier (used when no name is given)."""
+    name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", text)).strip("_") or "model"
+    if not name[0].isalpha():
+        name = "m_" + name
+    return name + "_model" if name in CPP_KEYWORDS else name
+
+
+@dataclass(frozen=True)
+class EmitOptions:
+    inputs: int              # m, number of control inputs (columns of G)
+    order: int = 1
+    scalar: str = "float"    # or "double"
+
+    def check(self) -> None:
+        if self.order not in (1, 2):
+            raise ValueError(f"order must be 1 or 2, got {self.order}")
+        if self.scalar not in ("float", "double"):
+            raise ValueError(f"dtype must be 'float' or 'double', got {self.scalar!r}")
+        if self.inputs < 1:
+            raise ValueError(f"the number of inputs m must be >= 1, got {self.inputs}")
+
+
+def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
+    items = [literal(v, scalar) for v in np.asarray(values, dtype=np.float64).ravel()]
+    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return "{\n    " + ",\n    ".join(rows) + "}"
+
+
+_TEMPLATES = r"""
+// all_finite: false if any entry is NaN or +-Inf (v - v is 0 only for finite v).
+inline bool all_finite(const scalar* v, int count) noexcept {
+    bool ok = true;
+    for (int i = 0; i < count; ++i) ok = ok && (v[i] - v[i] == scalar(0));
+    return ok;
+}
+
+// dense: one affine layer on C channels stored channel-major (in[c*In + k], out[c*Out + j]).
+// Channel 0 is the real path (gets the bias), channels 1..C-1 are tangents (no bias).
+// Weights are column-major (wt[k*Out + j] = W[j][k]): each weight column is read once
+// for all C channels, and the inner loop over j is an axpy that vectorizes without
+// reassociating any sum, so every output is accumulated in the order k = 0..In-1 on
+// every target and at every optimization level.
+template <int In, int Out, int C>
+inline void dense(const scalar* __restrict in, const scalar* __restrict wt, const scalar* __restrict b,
+                  scalar* __restrict out) noexcept {
+    for (int j = 0; j < Out; ++j) out[j] = b[j];
+    for (int j = Out; j < C * Out; ++j) out[j] = scalar(0);
+    for (int k = 0; k < In; ++k) {
+        const scalar* __restrict w = wt + k * Out;
+        for (int c = 0; c < C; ++c) {
+            const scalar s = in[c * In + k];
+            scalar* __restrict o = out + c * Out;
+            for (int j = 0; j < Out; ++j) o[j] += w[j] * s;
+        }
+    }
+}
+
+// dense_seeded: the first layer, reading channel c of input k from the caller's arrays
+// through seed(c, k) instead of copying the seeds into the workspace.
+template <int In, int Out, int C, typename Seed>
+inline void dense_seeded(const Seed& seed, const scalar* __restrict wt, const scalar* __restrict b,
+                         scalar* __restrict out) noexcept {
+    for (int j = 0; j < Out; ++j) out[j] = b[j];
+    for (int j = Out; j < C * Out; ++j) out[j] = scalar(0);
+    for (int k = 0; k < In; ++k) {
+        const scalar* __restrict w = wt + k * Out;
+        for (int c = 0; c < C; ++c) {
+            const scalar s = seed(c, k);
+            scalar* __restrict o = out + c * Out;
+            for (int j = 0; j < Out; ++j) o[j] += w[j] * s;
+        }
+    }
+}
+
+// activate: dual numbers through sigma, in place: a <- sigma(a), t <- sigma'(a) t.
+template <int N, int C, typename Act>
+inline void activate(scalar* __restrict buf) noexcept {
+    for (int j = 0; j < N; ++j) {
+        scalar d1;
+        const scalar y = Act::eval(buf[j], d1);
+        buf[j] = y;
+        for (int c = 1; c < C; ++c) buf[c * N + j] *= d1;
+    }
+}
+"""
+
+_TEMPLATES_2 = r"""
+// activate2: hyper-dual numbers through sigma, in place. Channels: 0 real a, 1 the shared
+// eps1 tangent t_f, 2..M+1 the eps2 tangents of G_1..G_M, M+2 the eps12 part of the
+// (f, f) seed, M+3.. those of the (f, G_j) seeds. Paper Lemma 3(ii):
+// u <- sigma''(a) t_f w + sigma'(a) u (with w = t_f for the (f, f) seed), then t <- sigma'(a) t.
+template <int N, int M, typename Act>
+inline void activate2(scalar* __restrict buf) noexcept {
+    for (int j = 0; j < N; ++j) {
+        scalar d1;
+        scalar d2;
+        const scalar y = Act::eval2(buf[j], d1, d2);
+        const scalar tf = buf[N + j];
+        const scalar d2tf = d2 * tf;
+        buf[(M + 2) * N + j] = d2tf * tf + d1 * buf[(M + 2) * N + j];
+        for (int q = 1; q <= M; ++q) buf[(M + 2 + q) * N + j] = d2tf * buf[(1 + q) * N + j] + d1 * buf[(M + 2 + q) * N + j];
+        for (int c = 1; c <= M + 1; ++c) buf[c * N + j] *= d1;
+        buf[j] = y;
+    }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Where each layer reads and writes: offsets into the workspace, or the caller's arrays."""
+    steps: list[str]
+    workspace_scalars: int
+
+
+def _plan_sweep(widths: list[int], channels: int, act_structs: list[str], order_fn: str, m: int,
+                seed_expr: str) -> Plan:
+    """Alternate layer outputs between the front and the back of one buffer of size
+    channels * max(n_1, n_{i-1} + n_i): a layer's input and output never overlap."""
+    from .cost import workspace_span
+    span = channels * workspace_span(widths)
+    d = len(widths) - 1
+    steps: list[str] = []
+    in_offset = None
+    for i in range(1, d + 1):
+        n_in, n_out = widths[i - 1], widths[i]
+        last = i == d
+        out_offset = None if last else (0 if in_offset is None or in_offset != 0 else span - channels * n_out)
+        target = "out" if last else f"w + {out_offset}"
+        if i == 1:
+            steps.append(f"detail::dense_seeded<{n_in}, {n_out}, {channels}>({seed_expr}, detail::kW{i}, detail::kB{i}, {target});")
+        else:
+            steps.append(f"detail::dense<{n_in}, {n_out}, {channels}>(w + {in_offset}, detail::kW{i}, detail::kB{i}, {target});")
+        if not last:
+            if order_fn == "activate":
+                steps.append(f"detail::activate<{n_out}, {channels}, detail::{act_structs[i - 1]}>(w + {out_offset});")
+            else:
+                steps.append(f"detail::activate2<{n_out}, {m}, detail::{act_structs[i - 1]}>(w + {out_offset});")
+            in_offset = out_offset
+    return Plan(steps, span)
+
+
+def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
+    """The header text and its cost/workspace report. Deterministic: same inputs, same bytes."""
+    options.check()
+    validate(model, canonical=True)
+    if options.order == 2:
+        require_smooth(model)
+    name = check_identifier(model.name)
+    scalar, m, n = options.scalar, options.inputs, model.input_dim
+    scalar_bytes = 4 if scalar == "float" else 8
+    report = cost_report(model, m, options.order, scalar_bytes)
+    widths = model.widths()
+    dense = model.dense_layers()
+    acts = model.hidden_activations()
+
+    act_structs = []
+    act_code = []
+    for i, act in enumerate(acts, start=1):
+        struct = f"Act{i}"
+        act_structs.append(struct)
+        body1 = "\n".join("        " + s for s in activation_body(act.kind, dict(act.params), scalar, 1))
+        code = [f"// hidden layer {i}: {act.kind}{dict(act.params) if act.params else ''}",
+                f"struct {struct} {{",
+                "    static inline scalar eval(scalar a, scalar& d1) noexcept {",
+                body1, "    }"]
+        if options.order == 2:
+            body2 = "\n".join("        " + s for s in activation_body(act.kind, dict(act.params), scalar, 2))
+            code += ["    static inline scalar eval2(scalar a, scalar& d1, scalar& d2) noexcept {", body2, "    }"]
+        code.append("};")
+        act_code.append("\n".join(code))
+
+    weights = []
+    for i, layer in enumerate(dense, start=1):
+        weights.append(f"// layer {i}: {layer.out_dim} x {layer.in_dim}, stored column-major (kW{i}[k*{layer.out_dim} + j] = W[j][k])")
+        weights.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
+        weights.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
+
+    c1 = channels_for(m, 1)
+    plan1 = _plan_sweep(widths, c1, act_structs, "activate", m, "seed")
+    plans = [plan1]
+    if options.order == 2:
+        plans.append(_plan_sweep(widths, channels_for(m, 2), act_structs, "activate2", m, "seed"))
+    workspace = max(p.workspace_scalars for p in plans)
+    if workspace != report.workspace_scalars:   # the plan and the reported formula must agree
+        raise AssertionError(f"workspace plan {workspace} != reported {report.workspace_scalars}")
+    nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
+    guard = f"CBFSIM_{name.upper()}_HPP"
+    digest = model.fingerprint()[:16]
+
+    out: list[str] = []
+    out.append(f"// {name}.hpp: generated by cbfsim compiler {__version__} (model sha256 {digest}, "
+               f"order {options.order}, {scalar}). Do not edit.")
+    out.append("//")
+    out.append("// Returns a neural barrier h(x) with its exact Lie derivatives by forward-mode dual numbers:")
+    out.append("// the state enters as x + f(x) eps + G(x) eps' (one tangent channel per vector field), every")
+    out.append("// layer maps the real part and all tangents in one sweep, and the tangents leave as")
+    out.append("// L_f h = dh(x) f(x) and L_G h = dh(x) G(x) with no truncation error. Order 2 adds the")
+    out.append("// hyper-dual eps12 channels seeded with f'(x) f and f'(x) G_j, giving L_f^2 h and L_G L_f h.")
+    out.append("// No heap, no recursion, no exceptions, no standard library beyond <cstddef>/<cstdint>.")
+    out.append("//")
+    for line in report.lines():
+        out.append("// " + line)
+    out.append("")
+    out.append(f"#ifndef {guard}")
+    out.append(f"#define {guard}")
+    out.append("")
+    out.append("#include <cstddef>")
+    out.append("#include <cstdint>")
+    out.append("")
+    out.append(f"namespace {name} {{")
+    out.append("")
+    out.append(f"using scalar = {scalar};")
+    out.append(f"constexpr int kStateDim = {n};          // n: length of x and f")
+    out.append(f"constexpr int kInputDim = {m};          // m: columns of G (n x m, row-major)")
+    out.append(f"constexpr int kOrder = {options.order};")
+    out.append(f"constexpr int kLieOutputs = {2 + m};       // lie():  h, L_f h, L_G h[m]")
+    if options.order == 2:
+        out.append(f"constexpr int kLie2Outputs = {3 + 2 * m};      // lie2(): h, L_f h, L_G h[m], L_f^2 h, L_G L_f h[m]")
+    out.append(f"// workspace: {report.workspace_formula} scalars")
+    out.append(f"constexpr std::size_t kWorkspaceScalars = {workspace};")
+    out.append("constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);")
+    out.append("")
+    out.append("// Scratch memory for one evaluation. Pass your own for reentrancy (threads, interrupts).")
+    out.append(f"struct Workspace {{ scalar data[{max(workspace, 1)}]; }};")
+    out.append("// The workspace used by the convenience entries without a Workspace argument (not reentrant).")
+    out.append("inline Workspace g_workspace;")
+    out.append("")
+    out.append("namespace detail {")
+    out.append("")
+    out.append(math_source(scalar).strip("\n"))
+    out.append(_TEMPLATES.rstrip())
+    if options.order == 2:
+        out.append(_TEMPLATES_2.rstrip())
+    out.append("")
+    out.extend(act_code)
+    out.append("")
+    out.extend(weights)
+    out.append("")
+    out.append("}  // namespace detail")
+    out.append("")
+
+    seed1 = ("    const auto seed = [x, f, G](int c, int k) noexcept -> scalar {\n"
+             "        return c == 0 ? x[k] : (c == 1 ? f[k] : G[k * kInputDim + (c - 2)]);\n    };")
+    out.append("// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).")
+    out.append("// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.")
+    out.append("inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {")
+    out.append("    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&")
+    out.append("          detail::all_finite(G, kStateDim * kInputDim))) {")
+    out.append(f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};")
+    out.append("        return 1;")
+    out.append("    }")
+    out.append("    scalar* const w = ws.data;")
+    out.append("    (void)w;")
+    out.append(seed1)
+    out.extend("    " + s for s in plan1.steps)
+    out.append("    return 0;")
+    out.append("}")
+    out.append("")
+    out.append("inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out) noexcept {")
+    out.append("    return lie(x, f, G, out, g_workspace);")
+    out.append("}")
+    if options.order == 2:
+        seed2 = ("    const auto seed = [x, f, G, Dff, DfG](int c, int k) noexcept -> scalar {\n"
+                 "        return c == 0 ? x[k] : c == 1 ? f[k] : c < kInputDim + 2 ? G[k * kInputDim + (c - 2)]\n"
+                 "             : c == kInputDim + 2 ? Dff[k] : DfG[k * kInputDim + (c - kInputDim - 3)];\n    };")
+        out.append("")
+        out.append("// Everything for a relative-degree-2 barrier in one hyper-dual sweep, given also")
+        out.append("// Dff = f'(x) f(x) (n) and DfG = f'(x) G(x) (n x m, row-major).")
+        out.append("// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input.")
+        out.append("inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,")
+        out.append("                scalar* out, Workspace& ws) noexcept {")
+        out.append("    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&")
+        out.append("          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&")
+        out.append("          detail::all_finite(DfG, kStateDim * kInputDim))) {")
+        out.append(f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};")
+        out.append("        return 1;")
+        out.append("    }")
+        out.append("    scalar* const w = ws.data;")
+        out.append("    (void)w;")
+        out.append(seed2)
+        out.extend("    " + s for s in plans[1].steps)
+        out.append("    return 0;")
+        out.append("}")
+        out.append("")
+        out.append("inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,")
+        out.append("                scalar* out) noexcept {")
+        out.append("    return lie2(x, f, G, Dff, DfG, out, g_workspace);")
+        out.append("}")
+    out.append("")
+    out.append(f"}}  // namespace {name}")
+    out.append("")
+    out.append(f"#endif  // {guard}")
+    out.append("")
+    return "\n".join(out), report

@@ -1,0 +1,77 @@
+"""Rewrites that bring any frontend's IR into the emitter's canonical form
+Dense (Activation Dense)*. Each pass is exact algebra; ``validate`` runs after each."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .errors import SmoothnessError, UnsupportedOpError
+from .activations import ACTIVATIONS
+from .ir import Activation, Affine, Dense, Layer, Model, validate
+
+
+def drop_identities(model: Model) -> Model:
+    layers = tuple(l for l in model.layers if not (isinstance(l, Activation) and l.kind == "identity"))
+    return validate(replace(model, layers=layers))
+
+
+def fold_affine(model: Model) -> Model:
+    """Merge each elementwise Affine into the Dense after it (or, failing that, before it)."""
+    layers: list[Layer] = list(model.layers)
+    changed = True
+    while changed:
+        changed = False
+        for i, layer in enumerate(layers):
+            if not isinstance(layer, Affine):
+                continue
+            after = layers[i + 1] if i + 1 < len(layers) else None
+            before = layers[i - 1] if i > 0 else None
+            if isinstance(after, Dense):      # W (s*a + t) + b = (W diag s) a + (W t + b)
+                merged = Dense(after.weight * layer.scale[None, :], after.weight @ layer.shift + after.bias,
+                               origin=f"{layer.origin} + {after.origin}")
+                layers[i:i + 2] = [merged]
+            elif isinstance(before, Dense):   # s*(W a + b) + t = (diag s W) a + (s*b + t)
+                merged = Dense(before.weight * layer.scale[:, None], before.bias * layer.scale + layer.shift,
+                               origin=f"{before.origin} + {layer.origin}")
+                layers[i - 1:i + 1] = [merged]
+            elif after is None and before is None:
+                raise UnsupportedOpError(f"{layer.origin}: a network that is only an elementwise affine map")
+            else:
+                raise UnsupportedOpError(
+                    f"{layer.origin}: an elementwise affine map between two activations cannot be folded "
+                    "into a dense layer; place normalisation next to a Linear layer")
+            changed = True
+            break
+    return validate(replace(model, layers=tuple(layers)))
+
+
+def merge_dense(model: Model) -> Model:
+    """Dense followed directly by Dense is one Dense (W2 (W1 a + b1) + b2)."""
+    layers: list[Layer] = []
+    for layer in model.layers:
+        if isinstance(layer, Dense) and layers and isinstance(layers[-1], Dense):
+            first = layers.pop()
+            layer = Dense(layer.weight @ first.weight, layer.weight @ first.bias + layer.bias,
+                          origin=f"{first.origin} + {layer.origin}")
+        layers.append(layer)
+    return validate(replace(model, layers=tuple(layers)))
+
+
+def canonicalize(model: Model) -> Model:
+    """Identity removal, Affine folding, Dense merging; then check the canonical form."""
+    for step in (drop_identities, fold_affine, merge_dense):
+        model = step(model)
+    layers = model.layers
+    if layers and isinstance(layers[0], Activation):
+        raise UnsupportedOpError(f"{layers[0].origin}: the network starts with an activation; "
+                                 "the first layer must be Linear")
+    return validate(model, canonical=True)
+
+
+def require_smooth(model: Model) -> None:
+    """Second order needs C^2 activations (the hyper-dual eps12 term uses sigma'')."""
+    for layer in model.hidden_activations():
+        if not ACTIVATIONS[layer.kind].smooth:
+            raise SmoothnessError(
+                f"{layer.origin or layer.kind}: activation {layer.kind} is not twice continuously differentiable, "
+                "so second-order (relative-degree-2) Lie derivatives are not defined; use softplus, tanh, "
+                "sigmoid, silu or gelu")
