@@ -18,6 +18,8 @@ SIGNATURES = {
     "cbf_workspace_bytes": (_I, []),
     "cbf_dims": (_I, [ctypes.POINTER(_I)] * 3),
     "cbf_lie": (_I, [_P, _P, _P, _P]),
+    "cbf_lie_packed_f64": (_I, [_P, _P]),
+    "cbf_lie2_packed_f64": (_I, [_P, _P]),
     "cbf_lie_batch": (_I, [_I, _P, _P, _P, _P]),
     "cbf_lie2": (_I, [_P] * 6),
     "cbf_lie2_batch": (_I, [_I] + [_P] * 6),
@@ -28,7 +30,8 @@ class CompiledLie:
     """A loaded barrier library. ``lie``/``lie2`` accept one state (n,) or a batch (B, n).
 
     Single-state calls reuse preallocated buffers, so one object must not be shared by
-    threads calling it concurrently; batch calls allocate their own and are thread safe.
+    threads calling it concurrently; batch calls allocate their own and are thread safe
+    (the library itself is reentrant: each C call uses a workspace on its own stack).
     """
 
     def __init__(self, library: Path, dtype: str = "float", header_path: Path | None = None, report=None):
@@ -50,49 +53,64 @@ class CompiledLie:
         self._lib.cbf_dims(ctypes.byref(n), ctypes.byref(m), ctypes.byref(order))
         self.n, self.m, self.order = n.value, m.value, order.value
         self.workspace_bytes = self._lib.cbf_workspace_bytes()
-        k1, k2 = 2 + self.m, 3 + 2 * self.m
-        self._single = {key: np.zeros(size, dtype=self.dtype) for key, size in
-                        (("x", self.n), ("f", self.n), ("G", self.n * self.m), ("Dff", self.n),
-                         ("DfG", self.n * self.m), ("out", max(k1, k2)))}
-        self._addr = {key: buf.ctypes.data for key, buf in self._single.items()}
+        n, m = self.n, self.m
+        self._shapes = {"x": (n,), "f": (n,), "G": (n, m), "Dff": (n,), "DfG": (n, m)}
+        # Single-state path: ctypes double arrays filled from tolist(): cheaper than any numpy
+        # call or taking an array's address, each of which costs more than the C call itself.
+        self._stage = (ctypes.c_double * (3 * n + 2 * n * m))()
+        self._out = (ctypes.c_double * (3 + 2 * m))()
+        self._packed1 = self._lib.cbf_lie_packed_f64
+        self._packed2 = getattr(self._lib, "cbf_lie2_packed_f64", None)
 
-    def _batch(self, value, shape_tail: tuple[int, ...], what: str, batch: int | None) -> np.ndarray:
-        arr = np.asarray(value)
-        expected = (batch, *shape_tail) if batch is not None else shape_tail
-        if arr.shape != expected:
-            raise ShapeError(f"{what} must have shape {expected}, got {arr.shape}")
-        return np.ascontiguousarray(arr, dtype=self.dtype)
+    def _single(self, names, args, packed, k: int):
+        offset = 0
+        stage = self._stage
+        for key, value in zip(names, args):
+            shape = self._shapes[key]
+            if getattr(value, "shape", None) != shape:
+                value = np.asarray(value, dtype=np.float64)
+                if value.shape != shape:
+                    raise ShapeError(f"{key} must have shape {shape}, got {value.shape}")
+            flat = value.ravel().tolist() if len(shape) > 1 else value.tolist()
+            stage[offset:offset + len(flat)] = flat
+            offset += len(flat)
+        packed(stage, self._out)
+        return self._out[0:k]
 
-    def _call(self, names: list[str], args: list, single_fn, batch_fn, k: int):
-        x = np.asarray(args[0])
-        shapes = {"x": (self.n,), "f": (self.n,), "G": (self.n, self.m), "Dff": (self.n,), "DfG": (self.n, self.m)}
-        if x.ndim == 1:
-            buffers = self._single
-            for key, value in zip(names, args):
-                value = np.asarray(value)
-                if value.shape != shapes[key]:
-                    raise ShapeError(f"{key} must have shape {shapes[key]}, got {value.shape}")
-                buffers[key][:] = value.reshape(-1)
-            single_fn(*[self._addr[key] for key in names], self._addr["out"])
-            return buffers["out"][:k].astype(np.float64)
-        if x.ndim != 2:
-            raise ShapeError(f"x must have shape ({self.n},) or (B, {self.n}), got {x.shape}")
-        batch = x.shape[0]
-        arrays = [self._batch(v, shapes[key], key, batch) for key, v in zip(names, args)]
+    def _batch(self, names, args, batch_fn, k: int) -> np.ndarray:
+        batch = np.shape(args[0])[0]
+        arrays = []
+        for key, value in zip(names, args):
+            arr = np.ascontiguousarray(value, dtype=self.dtype)
+            if arr.shape != (batch, *self._shapes[key]):
+                raise ShapeError(f"{key} must have shape {(batch, *self._shapes[key])}, got {arr.shape}")
+            arrays.append(arr)
         out = np.empty((batch, k), dtype=self.dtype)
         batch_fn(batch, *[a.ctypes.data for a in arrays], out.ctypes.data)
         return out.astype(np.float64)
 
+    def _call(self, names, args, packed, batch_fn, k: int):
+        ndim = np.ndim(args[0])
+        if ndim == 1:
+            return self._single(names, args, packed, k)
+        if ndim != 2:
+            raise ShapeError(f"x must have shape ({self.n},) or (B, {self.n}), got {np.shape(args[0])}")
+        return self._batch(names, args, batch_fn, k)
+
     def lie(self, x, f, G):
         """(h, L_f h, L_G h): floats and (m,) for one state; (B,), (B,), (B, m) for a batch."""
-        out = self._call(["x", "f", "G"], [x, f, G], self._lib.cbf_lie, self._lib.cbf_lie_batch, 2 + self.m)
-        return out[..., 0], out[..., 1], out[..., 2:]
+        out = self._call(("x", "f", "G"), (x, f, G), self._packed1, self._lib.cbf_lie_batch, 2 + self.m)
+        if isinstance(out, list):
+            return out[0], out[1], np.array(out[2:])
+        return out[:, 0], out[:, 1], out[:, 2:]
 
     def lie2(self, x, f, G, Dff, DfG):
         """(h, L_f h, L_G h, L_f^2 h, L_G L_f h); Dff = f'(x) f, DfG = f'(x) G."""
         if self.order != 2:
             raise ValueError("this barrier was compiled for order 1; compile with order=2 for lie2")
         m = self.m
-        out = self._call(["x", "f", "G", "Dff", "DfG"], [x, f, G, Dff, DfG],
-                         self._lib.cbf_lie2, self._lib.cbf_lie2_batch, 3 + 2 * m)
-        return out[..., 0], out[..., 1], out[..., 2:2 + m], out[..., 2 + m], out[..., 3 + m:]
+        out = self._call(("x", "f", "G", "Dff", "DfG"), (x, f, G, Dff, DfG),
+                         self._packed2, self._lib.cbf_lie2_batch, 3 + 2 * m)
+        if isinstance(out, list):
+            return out[0], out[1], np.array(out[2:2 + m]), out[2 + m], np.array(out[3 + m:])
+        return out[:, 0], out[:, 1], out[:, 2:2 + m], out[:, 2 + m], out[:, 3 + m:]

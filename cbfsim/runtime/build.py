@@ -2,7 +2,8 @@
 
 The flags live here and nowhere else. They give the same bits as a firmware build of the
 same header: no FMA contraction (-ffp-contract=off), IEEE semantics (no -ffast-math), and
-the header's own math functions, so vectorization cannot change any result.
+the header's own math functions, so neither vectorization nor -march=native can change
+any result (tests/test_compiler_exact.py checks -O0 against these flags bit for bit).
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from compiler.errors import ToolchainError
 
-CXXFLAGS = ("-std=c++17", "-O3", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
+CXXFLAGS = ("-std=c++17", "-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
 INSTALL_HINT = "install a C++17 compiler, e.g. `apt-get install -y g++`, or point CXX at one"
 
 
@@ -34,6 +35,18 @@ def find_compiler() -> str:
     return path
 
 
+@lru_cache(maxsize=1)
+def cpu_fingerprint() -> str:
+    """-march=native code is only valid on this CPU: key the cache on its feature flags."""
+    try:
+        with open("/proc/cpuinfo") as handle:
+            flags = next((line for line in handle if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        flags = ""
+    import platform
+    return hashlib.sha256((platform.machine() + flags).encode()).hexdigest()[:16]
+
+
 @lru_cache(maxsize=8)
 def compiler_version(cxx: str) -> str:
     try:
@@ -47,7 +60,8 @@ def build_library(name: str, header: str, abi: str, extra_flags: tuple[str, ...]
     """Compile (or reuse) the shared library for this exact source, flags and compiler."""
     cxx = find_compiler()
     flags = CXXFLAGS + tuple(extra_flags)
-    key = hashlib.sha256("\0".join([name, header, abi, " ".join(flags), compiler_version(cxx)]).encode()).hexdigest()
+    key = hashlib.sha256("\0".join([name, header, abi, " ".join(flags), compiler_version(cxx),
+                                    cpu_fingerprint()]).encode()).hexdigest()
     target_dir = cache_dir() / key[:32]
     library = target_dir / f"lib{name}.so"
     if library.exists():
