@@ -1,0 +1,63 @@
+"""cbfc: compile an ONNX barrier into NAME.hpp + NAME_abi.cpp and print the cost report.
+
+Exit codes: 0 success, 1 model error (one paragraph, no traceback), 2 usage error.
+Only ONNX is read from disk: a PyTorch checkpoint is a pickle, and loading one can run code.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .errors import CompilerError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="cbfc",
+        description="Compile a neural control barrier function (ONNX) into one self-contained C++17 header "
+                    "that returns h, L_f h, L_G h (and, with --order 2, L_f^2 h and L_G L_f h) exactly by "
+                    "dual numbers, from static memory; plus an extern \"C\" shim for ctypes.")
+    parser.add_argument("model", help="the barrier network as an ONNX file (export with torch.onnx.export)")
+    parser.add_argument("--inputs", "-m", type=int, required=True, metavar="M",
+                        help="number of control inputs m (columns of G(x))")
+    parser.add_argument("--order", type=int, choices=(1, 2), default=1,
+                        help="1: h, L_f h, L_G h; 2: also L_f^2 h and L_G L_f h (needs C^2 activations)")
+    parser.add_argument("--name", help="C++ namespace and file name (default: the model file's stem)")
+    parser.add_argument("--dtype", choices=("float", "double"), default="float", help="scalar type of the header")
+    parser.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for NAME.hpp and NAME_abi.cpp")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)           # exits with 2 on usage errors
+    from .api import compile_model
+    from .emit_cpp import check_identifier
+    if args.inputs < 1:
+        parser.error(f"--inputs must be >= 1, got {args.inputs}")
+    if args.name is not None:
+        try:
+            check_identifier(args.name)
+        except ValueError as exc:
+            parser.error(str(exc))
+    path = Path(args.model)
+    if path.suffix.lower() != ".onnx":
+        parser.error(f"{path}: cbfc reads ONNX files only (a .pt/.pth checkpoint is a pickle and is never loaded)")
+    if not path.is_file():
+        parser.error(f"{path}: no such file")
+    try:
+        compiled = compile_model(path, inputs=args.inputs, order=args.order, dtype=args.dtype, name=args.name)
+        header, abi = compiled.write(args.output)
+    except (CompilerError, ValueError, OSError) as exc:
+        message = " ".join(str(exc).split())
+        print(f"cbfc: error: {path}: {message}", file=sys.stderr)
+        return 1
+    print(f"wrote {header} and {abi}")
+    for line in compiled.report.lines():
+        print("  " + line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
