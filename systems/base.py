@@ -1,0 +1,537 @@
+"""Control-affine plants xdot = f(x) + G(x) u, defined once in sympy.
+
+A system module writes its dynamics, constraint, input bounds, training box and nominal
+controllers a single time as sympy expressions in state and parameter symbols
+(``define``).  Everything else -- vectorised numpy, differentiable torch, the exact
+Jacobian-vector product and the C++ header -- is derived here from that one definition,
+so the simulator, the training code and the firmware cannot drift apart.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
+
+import numpy as np
+import sympy as sp
+from sympy.printing.cxx import CXX17CodePrinter
+from sympy.printing.numpy import NumPyPrinter
+from sympy.printing.precedence import PRECEDENCE
+from sympy.printing.pycode import PythonCodePrinter
+
+if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
+    import torch
+
+__all__ = ["ControlAffineSystem", "Controller", "Definition"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Definition:
+    """The symbolic model a system module returns from ``define(x, p)``.
+
+    Every entry is a sympy expression (or number) in the state symbols ``x`` and the
+    parameter symbols ``p``; bounds and the training box may use parameters only.
+    """
+
+    f: Sequence[Any]                       # n entries
+    G: Sequence[Sequence[Any]]             # n rows of m entries
+    constraint: Any                        # >= 0 inside the set that must never be left
+    u_min: Sequence[Any]                   # m entries
+    u_max: Sequence[Any]
+    domain: tuple[Sequence[Any], Sequence[Any]]   # (lo, hi), n entries each
+    nominal: Mapping[str, Sequence[Any]]   # name -> m entries, state feedback u = k(x)
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def _as_states(x: Any, n: int, what: str = "x") -> np.ndarray:
+    """x as a float64 array, checked to be (n,) or (B, n)."""
+    arr = np.asarray(x, dtype=np.float64)
+    if arr.ndim not in (1, 2) or arr.shape[-1] != n:
+        raise ValueError(f"{what} must have shape ({n},) or (B, {n}), got {arr.shape}")
+    return arr
+
+
+def _as_tensor_states(x: "torch.Tensor", n: int, what: str = "x") -> "torch.Tensor":
+    if x.ndim not in (1, 2) or x.shape[-1] != n:
+        raise ValueError(f"{what} must have shape ({n},) or (B, {n}), got {tuple(x.shape)}")
+    return x
+
+
+def _sympify_param(value: Any) -> sp.Expr:
+    """Integral values become sympy Integers (cleaner expressions), others exact binary Floats."""
+    v = float(value)
+    if not math.isfinite(v):
+        raise ValueError(f"parameter value must be finite, got {value!r}")
+    return sp.Integer(int(v)) if v.is_integer() and abs(v) < 2**53 else sp.Float(v)
+
+
+def _exact_float(self: Any, expr: sp.Float) -> str:
+    """Floats as the shortest repr that round-trips the double (sympy prints 15 digits), so
+    numpy, torch and C++ all see bit-identical constants."""
+    return repr(float(expr))
+
+
+class _NumPyPrinter(NumPyPrinter):
+    _print_Float = _exact_float
+
+
+class _PythonPrinter(PythonCodePrinter):
+    _print_Float = _exact_float
+
+
+def _lambdify(args: Sequence[sp.Symbol], exprs: list[sp.Expr], namespace: Any,
+              printer: type) -> Callable[..., Any]:
+    """sympy.lambdify with our exact-float printer, configured the way lambdify configures its own."""
+    user = {k: k for k in namespace} if isinstance(namespace, dict) else {}
+    settings = {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
+                "user_functions": user}
+    modules = [namespace, "math"] if isinstance(namespace, dict) else namespace
+    return sp.lambdify(args, exprs, modules=modules, printer=printer(settings), cse=True)
+
+
+def _torch_namespace() -> dict[str, Callable[..., Any]]:
+    """sympy function names -> torch functions that also accept python numbers."""
+    import torch
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any) -> Any:
+            ref = next((a for a in args if isinstance(a, torch.Tensor)), None)
+            if ref is None:
+                args = tuple(torch.as_tensor(a, dtype=torch.float64) for a in args)
+            else:
+                args = tuple(a if isinstance(a, torch.Tensor)
+                             else torch.as_tensor(a, dtype=ref.dtype, device=ref.device) for a in args)
+            return fn(*args)
+        return call
+
+    names = ["sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh",
+             "exp", "log", "sqrt"]
+    ns: dict[str, Callable[..., Any]] = {k: wrap(getattr(torch, k)) for k in names}
+    ns["abs"] = wrap(torch.abs)
+    return ns
+
+
+class _Field:
+    """A fixed-shape array of sympy expressions in ``args``, evaluated over a batch.
+
+    Constant entries are stored as floats and broadcast to the batch shape; the others are
+    lambdified once (numpy at construction, torch on first use).
+    """
+
+    def __init__(self, exprs: Any, args: Sequence[sp.Symbol], shape: tuple[int, ...]):
+        flat = [sp.sympify(e) for e in np.asarray(exprs, dtype=object).reshape(-1)]
+        if len(flat) != int(np.prod(shape, dtype=int)):
+            raise ValueError(f"expected {int(np.prod(shape, dtype=int))} expressions for shape {shape}, "
+                             f"got {len(flat)}")
+        allowed = set(args)
+        for e in flat:
+            extra = e.free_symbols - allowed
+            if extra:
+                raise ValueError(f"expression {e} has unknown symbols {sorted(map(str, extra))}")
+        self.shape = shape
+        self.args = tuple(args)
+        self.exprs = flat
+        self.const = {i: float(e) for i, e in enumerate(flat) if not e.free_symbols}
+        self.var = [i for i, e in enumerate(flat) if e.free_symbols]
+        var_exprs = [flat[i] for i in self.var]
+        self._np = _lambdify(self.args, var_exprs, "numpy", _NumPyPrinter) if self.var else None
+        self._torch: Callable[..., Any] | None = None
+
+    def numpy(self, cols: Sequence[np.ndarray], batch: tuple[int, ...]) -> np.ndarray:
+        out = np.empty(batch + (len(self.exprs),), dtype=np.float64)
+        for i, c in self.const.items():
+            out[..., i] = c
+        if self._np is not None:
+            for i, val in zip(self.var, self._np(*cols)):
+                out[..., i] = val
+        return out.reshape(batch + self.shape)
+
+    def torch(self, cols: Sequence["torch.Tensor"], like: "torch.Tensor") -> "torch.Tensor":
+        import torch
+
+        if self._torch is None and self.var:
+            self._torch = _lambdify(self.args, [self.exprs[i] for i in self.var],
+                                     _torch_namespace(), _PythonPrinter)
+        batch = tuple(like.shape)
+        entries: list[Any] = [None] * len(self.exprs)
+        for i, c in self.const.items():
+            entries[i] = like.new_full(batch, c)
+        if self._torch is not None:
+            for i, val in zip(self.var, self._torch(*cols)):
+                entries[i] = val.expand(batch) if isinstance(val, torch.Tensor) else like.new_full(batch, val)
+        return torch.stack(entries, dim=-1).reshape(batch + self.shape)
+
+
+# ----------------------------------------------------------------------------- C++ printing
+
+_CPP_LITERAL_SUFFIX = {"float": "f", "double": "", "long double": "L"}
+_CPP_IDENT = re.compile(r"[A-Za-z_]\w*")
+
+
+class _CxxPrinter(CXX17CodePrinter):
+    """sympy's C++17 printer with literals typed to ``scalar``, a configurable math
+    namespace, integer powers as products (std::pow(float, int) would return double) and
+    no M_PI-style macros."""
+
+    def __init__(self, scalar: str, math_prefix: str, names: Mapping[sp.Symbol, str]):
+        super().__init__()
+        self.math_macros = {}
+        self._ns = math_prefix
+        self._scalar = scalar
+        self._names = dict(names)
+
+    def literal(self, value: float) -> str:
+        v = float(value)
+        if not math.isfinite(v):
+            raise ValueError(f"cannot print non-finite constant {v} as a C++ literal")
+        text = repr(v)
+        if self._scalar in _CPP_LITERAL_SUFFIX:
+            return text + _CPP_LITERAL_SUFFIX[self._scalar]
+        return f"static_cast<{self._scalar}>({text})"
+
+    def _print_Symbol(self, expr: sp.Symbol) -> str:
+        return self._names.get(expr) or super()._print_Symbol(expr)
+
+    def _print_Float(self, expr: sp.Float) -> str:
+        return self.literal(float(expr))
+
+    def _print_Integer(self, expr: sp.Integer) -> str:
+        return self.literal(float(expr))
+
+    def _print_Rational(self, expr: sp.Rational) -> str:
+        return self.literal(float(expr))
+
+    def _print_NumberSymbol(self, expr: sp.Expr) -> str:
+        return self.literal(float(expr))
+
+    _print_Pi = _print_Exp1 = _print_NumberSymbol
+
+    def _print_Pow(self, expr: sp.Pow) -> str:
+        base, exp = expr.base, expr.exp
+        one = self.literal(1.0)
+        if exp.is_Integer:
+            k = int(exp)
+            if k == 0:
+                return one
+            b = self.parenthesize(base, PRECEDENCE["Mul"], strict=False)
+            prod = "*".join([b] * abs(k))
+            if k > 0:
+                return prod if k == 1 else f"({prod})"
+            return f"({one}/{prod})" if abs(k) == 1 else f"({one}/({prod}))"
+        if exp == sp.S.Half:
+            return f"{self._ns}sqrt({self._print(base)})"
+        if exp == -sp.S.Half:
+            return f"({one}/{self._ns}sqrt({self._print(base)}))"
+        return f"{self._ns}pow({self._print(base)}, {self._print(exp)})"
+
+
+def _cpp_statements(printer: _CxxPrinter, scalar: str, exprs: Sequence[sp.Expr],
+                    targets: Sequence[str] | None) -> list[str]:
+    """Body lines computing ``exprs`` (with common subexpressions hoisted) into ``targets``,
+    or ``return``-ing the single expression when targets is None."""
+    temps = sp.numbered_symbols("cse_t")
+    repl, reduced = sp.cse([sp.sympify(e) for e in exprs], symbols=temps)
+    lines = [f"const {scalar} {sym} = {printer.doprint(val)};" for sym, val in repl]
+    if targets is None:
+        lines.append(f"return {printer.doprint(reduced[0])};")
+    else:
+        lines += [f"{t} = {printer.doprint(e)};" for t, e in zip(targets, reduced)]
+    return lines
+
+
+def _cpp_function(signature: str, body: list[str], params: Mapping[str, set[sp.Symbol]],
+                  exprs: Sequence[sp.Expr]) -> str:
+    """A C++ inline function; ``(void)p;`` for pointer parameters the expressions don't use
+    (keeps -Wunused-parameter quiet for e.g. a constant G)."""
+    used = set().union(*(sp.sympify(e).free_symbols for e in exprs)) if exprs else set()
+    voids = [f"(void){name};" for name, syms in params.items() if not (syms & used)]
+    inner = "\n".join("  " + line for line in voids + body)
+    return f"{signature} {{\n{inner}\n}}"
+
+
+# ----------------------------------------------------------------------------- controllers
+
+class Controller:
+    """A nominal state-feedback controller u = k(x) given by sympy expressions.
+
+    Outputs are not clipped to the input bounds: clipping is the safety filter's job.
+    """
+
+    def __init__(self, name: str, x_sym: Sequence[sp.Symbol], expr: Sequence[Any]):
+        if not _CPP_IDENT.fullmatch(name):
+            raise ValueError(f"controller name must be a C identifier, got {name!r}")
+        self.name = name
+        self.x_sym = tuple(x_sym)
+        self.n = len(self.x_sym)
+        self.expr = sp.Matrix([sp.sympify(e) for e in expr])
+        self.m = self.expr.shape[0]
+        self._field = _Field(list(self.expr), self.x_sym, (self.m,))
+
+    def __call__(self, x: Any) -> np.ndarray:
+        """(n,) -> (m,); (B, n) -> (B, m)."""
+        arr = _as_states(x, self.n)
+        return self._field.numpy([arr[..., i] for i in range(self.n)], arr.shape[:-1])
+
+    def torch(self, x: "torch.Tensor") -> "torch.Tensor":
+        """(B, n) -> (B, m) (or (n,) -> (m,)), differentiable, dtype/device of x."""
+        x = _as_tensor_states(x, self.n)
+        return self._field.torch([x[..., i] for i in range(self.n)], x[..., 0])
+
+    def __repr__(self) -> str:
+        return f"Controller({self.name!r}, u = {list(self.expr)})"
+
+
+# ----------------------------------------------------------------------------- systems
+
+class ControlAffineSystem:
+    """xdot = f(x) + G(x) u with a state constraint, input box and nominal controllers.
+
+    Subclasses set ``name``, ``state_names``, ``input_names``, ``Params`` (a frozen
+    dataclass of floats) and implement ``define(x, p) -> Definition`` -- the only place the
+    dynamics are written.  Instances are immutable; ``with_params`` builds a new one.
+    """
+
+    name: ClassVar[str]
+    state_names: ClassVar[tuple[str, ...]]
+    input_names: ClassVar[tuple[str, ...]]
+    Params: ClassVar[type]
+
+    @staticmethod
+    def define(x: tuple[sp.Symbol, ...], p: SimpleNamespace) -> Definition:
+        raise NotImplementedError
+
+    def __init__(self, params: Any = None):
+        if params is None:
+            params = self.Params()
+        if not isinstance(params, self.Params):
+            raise TypeError(f"{type(self).__name__} needs {self.Params.__name__}, got {type(params).__name__}")
+        self.params = params
+        self.n = len(self.state_names)
+        self.m = len(self.input_names)
+        n, m = self.n, self.m
+
+        self.x_sym: tuple[sp.Symbol, ...] = tuple(sp.Symbol(k, real=True) for k in self.state_names)
+        names = [fld.name for fld in dataclasses.fields(params)]
+        clash = set(names) & set(self.state_names)
+        if clash:
+            raise ValueError(f"parameter names {sorted(clash)} clash with state names")
+        self.p_sym: dict[str, sp.Symbol] = {k: sp.Symbol(k, real=True) for k in names}
+        # the generic model, in parameter symbols (for documentation / papers)
+        self.symbolic: Definition = self.define(self.x_sym, SimpleNamespace(**self.p_sym))
+        values = {self.p_sym[k]: _sympify_param(getattr(params, k)) for k in names}
+
+        def sub(e: Any) -> sp.Expr:
+            return sp.sympify(e).xreplace(values)
+
+        d = self.symbolic
+        self.f_expr = sp.Matrix(n, 1, [sub(e) for e in d.f])
+        rows = [list(r) for r in d.G]
+        if len(rows) != n or any(len(r) != m for r in rows):
+            raise ValueError(f"G must be {n} x {m}")
+        self.G_expr = sp.Matrix(n, m, [sub(e) for r in rows for e in r])
+        self.constraint_expr = sub(d.constraint)
+        self.jacobian_expr = self.f_expr.jacobian(sp.Matrix(self.x_sym))
+
+        def numbers(seq: Sequence[Any], k: int, what: str) -> np.ndarray:
+            vals = [sub(e) for e in seq]
+            if len(vals) != k or any(v.free_symbols for v in vals):
+                raise ValueError(f"{what} must be {k} numbers in the parameters")
+            return np.array([float(v) for v in vals], dtype=np.float64)
+
+        self._u_min = numbers(d.u_min, m, "u_min")
+        self._u_max = numbers(d.u_max, m, "u_max")
+        if not np.all(self._u_min <= self._u_max):
+            raise ValueError(f"u_min {self._u_min} exceeds u_max {self._u_max}")
+        self._domain = (numbers(d.domain[0], n, "domain lo"), numbers(d.domain[1], n, "domain hi"))
+        self.nominals: dict[str, Controller] = {
+            k: Controller(k, self.x_sym, [sub(e) for e in u]) for k, u in d.nominal.items()}
+        for k, c in self.nominals.items():
+            if c.m != m:
+                raise ValueError(f"nominal {k!r} has {c.m} outputs, expected {m}")
+
+        self._f = _Field(list(self.f_expr), self.x_sym, (n,))
+        self._G = _Field(list(self.G_expr), self.x_sym, (n, m))
+        self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
+        self._h = _Field([self.constraint_expr], self.x_sym, ())
+
+    # -- bounds and domain: fresh copies so callers cannot mutate the system
+    @property
+    def u_min(self) -> np.ndarray:
+        return self._u_min.copy()
+
+    @property
+    def u_max(self) -> np.ndarray:
+        return self._u_max.copy()
+
+    @property
+    def domain(self) -> tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) box of the training domain."""
+        return self._domain[0].copy(), self._domain[1].copy()
+
+    @property
+    def nominal_names(self) -> tuple[str, ...]:
+        return tuple(self.nominals)
+
+    # -- numpy
+    def _cols(self, x: Any) -> tuple[list[np.ndarray], tuple[int, ...]]:
+        arr = _as_states(x, self.n)
+        return [arr[..., i] for i in range(self.n)], arr.shape[:-1]
+
+    def f(self, x: Any) -> np.ndarray:
+        """Drift: (n,) -> (n,); (B, n) -> (B, n)."""
+        return self._f.numpy(*self._cols(x))
+
+    def G(self, x: Any) -> np.ndarray:
+        """Input matrix: (n,) -> (n, m); (B, n) -> (B, n, m)."""
+        return self._G.numpy(*self._cols(x))
+
+    def xdot(self, x: Any, u: Any) -> np.ndarray:
+        """f(x) + G(x) u: (n,), (m,) -> (n,); (B, n), (B, m) -> (B, n)."""
+        xa = _as_states(x, self.n)
+        ua = np.asarray(u, dtype=np.float64)
+        if ua.shape != xa.shape[:-1] + (self.m,):
+            raise ValueError(f"u must have shape {xa.shape[:-1] + (self.m,)} for x of shape {xa.shape}, "
+                             f"got {ua.shape}")
+        return self.f(xa) + np.einsum("...ij,...j->...i", self.G(xa), ua)
+
+    def jacobian(self, x: Any) -> np.ndarray:
+        """f'(x): (n,) -> (n, n); (B, n) -> (B, n, n)."""
+        return self._J.numpy(*self._cols(x))
+
+    def df(self, x: Any, v: Any) -> np.ndarray:
+        """Exact Jacobian-vector product f'(x) v.
+
+        v has the shape of x, or one extra trailing axis of k directions:
+        (n,)->(n,), (B,n)->(B,n), (n,k)->(n,k), (B,n,k)->(B,n,k).
+        """
+        xa = _as_states(x, self.n)
+        va = np.asarray(v, dtype=np.float64)
+        batch = xa.shape[:-1]
+        J = self.jacobian(xa)
+        if va.shape == xa.shape:
+            return np.einsum("...ij,...j->...i", J, va)
+        if va.ndim == xa.ndim + 1 and va.shape[:-1] == xa.shape:
+            return np.einsum("...ij,...jk->...ik", J, va)
+        raise ValueError(f"v must have shape {batch + (self.n,)} or {batch + (self.n,)} + (k,) "
+                         f"for x of shape {xa.shape}, got {va.shape}")
+
+    def constraint(self, x: Any) -> np.ndarray | float:
+        """>= 0 inside the constraint set: (n,) -> float; (B, n) -> (B,)."""
+        out = self._h.numpy(*self._cols(x))
+        return float(out) if out.ndim == 0 else out
+
+    # -- torch
+    def _tcols(self, x: "torch.Tensor") -> list["torch.Tensor"]:
+        x = _as_tensor_states(x, self.n)
+        return [x[..., i] for i in range(self.n)]
+
+    def f_torch(self, x: "torch.Tensor") -> "torch.Tensor":
+        """(B, n) -> (B, n), differentiable, dtype/device of x."""
+        return self._f.torch(self._tcols(x), x[..., 0])
+
+    def G_torch(self, x: "torch.Tensor") -> "torch.Tensor":
+        """(B, n) -> (B, n, m)."""
+        return self._G.torch(self._tcols(x), x[..., 0])
+
+    def xdot_torch(self, x: "torch.Tensor", u: "torch.Tensor") -> "torch.Tensor":
+        """(B, n), (B, m) -> (B, n)."""
+        return self.f_torch(x) + (self.G_torch(x) @ u.unsqueeze(-1)).squeeze(-1)
+
+    def constraint_torch(self, x: "torch.Tensor") -> "torch.Tensor":
+        """(B, n) -> (B,)."""
+        return self._h.torch(self._tcols(x), x[..., 0])
+
+    # -- nominal controllers and parameters
+    def nominal(self, name: str) -> Controller:
+        try:
+            return self.nominals[name]
+        except KeyError:
+            raise KeyError(f"{self.name} has no nominal controller {name!r}; "
+                           f"available: {sorted(self.nominals)}") from None
+
+    def with_params(self, **overrides: float) -> "ControlAffineSystem":
+        """A new system with some parameters replaced (the params stay frozen)."""
+        valid = {fld.name for fld in dataclasses.fields(self.params)}
+        unknown = set(overrides) - valid
+        if unknown:
+            raise TypeError(f"{self.name}: unknown parameters {sorted(unknown)}; valid: {sorted(valid)}")
+        return type(self)(dataclasses.replace(self.params, **overrides))
+
+    # -- C++
+    def cpp_source(self, namespace: str, scalar: str = "float", math_prefix: str = "std::") -> str:
+        """C++17 text defining, in ``namespace``: kStateDim, kInputDim, kUMin, kUMax and the
+        inline functions f, G (n*m row-major), df, constraint and nominal_<name>, all in
+        ``scalar`` with matching literal suffixes (clean under -Wdouble-promotion).
+
+        Math functions are called as ``<math_prefix>sin`` etc. so firmware can supply its
+        own; the 'math functions:' comment line lists those used.  ``#include <cmath>`` is
+        emitted only for the std:: prefix (and only if a function is used), at the top.
+        """
+        if not all(_CPP_IDENT.fullmatch(part) for part in namespace.split("::")):
+            raise ValueError(f"invalid C++ namespace {namespace!r}")
+        if not re.fullmatch(r"([A-Za-z_]\w*::)*\w*", math_prefix) or math_prefix[:1].isdigit():
+            raise ValueError(f"invalid math_prefix {math_prefix!r} (e.g. 'std::' or 'detail::m_')")
+        if not re.fullmatch(r"[A-Za-z_][\w:<> ]*", scalar):
+            raise ValueError(f"invalid scalar type {scalar!r}")
+        n, m, T = self.n, self.m, scalar
+        v_sym = tuple(sp.Symbol(f"__v{i}", real=True) for i in range(n))
+        names = {s: f"x[{i}]" for i, s in enumerate(self.x_sym)}
+        names.update({s: f"v[{i}]" for i, s in enumerate(v_sym)})
+        pr = _CxxPrinter(T, math_prefix, names)
+        xs, vs = set(self.x_sym), set(v_sym)
+
+        def vec(name: str, seq: Sequence[Any]) -> str:
+            return f"inline constexpr {T} {name}[{len(seq)}] = {{{', '.join(pr.literal(s) for s in seq)}}};"
+
+        f_list = list(self.f_expr)
+        G_list = list(self.G_expr)                       # row-major
+        df_list = list(self.jacobian_expr * sp.Matrix(v_sym))
+        funcs = [
+            ("// drift f(x), n entries", f"inline void f(const {T}* x, {T}* out)", f_list,
+             [f"out[{i}]" for i in range(n)], {"x": xs}),
+            ("// input matrix G(x), n*m entries, row-major", f"inline void G(const {T}* x, {T}* out)", G_list,
+             [f"out[{i}]" for i in range(n * m)], {"x": xs}),
+            ("// exact Jacobian-vector product f'(x) v", f"inline void df(const {T}* x, const {T}* v, {T}* out)",
+             df_list, [f"out[{i}]" for i in range(n)], {"x": xs, "v": vs}),
+            ("// >= 0 inside the constraint set", f"inline {T} constraint(const {T}* x)",
+             [self.constraint_expr], None, {"x": xs}),
+        ]
+        for k, c in self.nominals.items():
+            funcs.append((f"// nominal controller {k!r} (unclipped)", f"inline void nominal_{k}(const {T}* x, {T}* u)",
+                          list(c.expr), [f"u[{j}]" for j in range(m)], {"x": xs}))
+        blocks = []
+        for comment, sig, exprs, targets, params in funcs:
+            body = _cpp_statements(pr, T, exprs, targets)
+            blocks.append(comment + "\n" + _cpp_function(sig, body, params, exprs))
+        code = "\n\n".join(blocks)
+        used = sorted(set(re.findall(re.escape(math_prefix) + r"(\w+)\(", code)))
+        params_txt = ", ".join(f"{fld.name}={getattr(self.params, fld.name)!r}"
+                               for fld in dataclasses.fields(self.params))
+        head = [
+            f"// system {self.name!r}: xdot = f(x) + G(x) u, generated from the sympy model in systems/.",
+            f"// x = [{', '.join(self.state_names)}], u = [{', '.join(self.input_names)}]",
+            f"// params: {params_txt}",
+            f"// math functions: {', '.join(used) if used else '(none)'}",
+        ]
+        if used and math_prefix == "std::":
+            head.append("#include <cmath>")
+        decls = [
+            f"namespace {namespace} {{",
+            "",
+            f"inline constexpr int kStateDim = {n};",
+            f"inline constexpr int kInputDim = {m};",
+            vec("kUMin", self._u_min),
+            vec("kUMax", self._u_max),
+            "",
+            code,
+            "",
+            f"}}  // namespace {namespace}",
+            "",
+        ]
+        return "\n".join(head + [""] + decls)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.params!r})"

@@ -1,0 +1,69 @@
+"""Kinematic bicycle with the input transformation u = [a, tan(delta)].
+
+Using tan(delta) instead of delta makes the model control affine:
+psidot = v tan(delta) / l_w.  ``steering_angle`` maps u back to delta.  Lane keeping
+|p_y| <= w is written smooth as h = w^2 - p_y^2 (w - |p_y| has a kink on the centre
+line).  h has relative degree 2 (steering acts through psi, and not at all at v = 0).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from .base import ControlAffineSystem, Definition
+
+
+@dataclass(frozen=True)
+class BicycleParams:
+    l_w: float = 2.5          # wheelbase [m]
+    w: float = 1.75           # lane half-width [m]
+    a_max: float = 3.0        # |a| <= a_max [m/s^2]
+    delta_max: float = 0.5    # |delta| <= delta_max [rad]
+    v_ref: float = 10.0       # nominal cruise speed [m/s]
+    y_target: float = 3.0     # nominal lateral target, outside the lane [m]
+    k_v: float = 1.0          # nominal speed gain [1/s]
+    k_y: float = 0.5          # nominal heading-reference gain [1/m]
+    k_psi: float = 1.0        # nominal steering gain
+
+
+def steering_angle(u: Any) -> Any:
+    """delta = arctan(u[..., 1]) for numpy arrays or torch tensors."""
+    if type(u).__module__.startswith("torch"):
+        import torch
+        return torch.atan(u[..., 1])
+    return np.arctan(np.asarray(u, dtype=np.float64)[..., 1])
+
+
+class Bicycle(ControlAffineSystem):
+    """x = [p_x, p_y, psi, v]; xdot = [v cos psi, v sin psi, 0, 0] + G u, G = [[0,0],[0,0],[0,v/l_w],[1,0]]."""
+
+    name = "bicycle"
+    state_names = ("p_x", "p_y", "psi", "v")
+    input_names = ("a", "tan_delta")
+    Params = BicycleParams
+    steering_angle = staticmethod(steering_angle)
+
+    @staticmethod
+    def define(x: tuple[sp.Symbol, ...], p: SimpleNamespace) -> Definition:
+        px, py, psi, v = x
+        tan_max = sp.tan(p.delta_max)
+        psi_ref = sp.atan(p.k_y * (p.y_target - py))
+        return Definition(
+            f=[v * sp.cos(psi), v * sp.sin(psi), 0, 0],
+            G=[[0, 0], [0, 0], [0, v / p.l_w], [1, 0]],
+            constraint=p.w**2 - py**2,
+            u_min=[-p.a_max, -tan_max],
+            u_max=[p.a_max, tan_max],
+            domain=([-10, -2 * p.w, -math.pi / 2, 0], [10, 2 * p.w, math.pi / 2, 2 * p.v_ref]),
+            # keep speed, steer toward a lateral target outside the lane: leaves the set
+            nominal={"drift": [p.k_v * (p.v_ref - v), p.k_psi * (psi_ref - psi)]},
+        )
+
+
+def bicycle(**params: float) -> Bicycle:
+    return Bicycle(BicycleParams(**params))
