@@ -23,14 +23,16 @@ def literal(value: float, scalar: str) -> str:
     return text + ("f" if scalar == "float" else "")
 
 
-def _sigmoid_lines(arg: str, L) -> list[str]:
-    """s = sigmoid(arg) and sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
-    return [
+def _sigmoid_lines(arg: str, L, complement: bool = True) -> list[str]:
+    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
+    lines = [
         f"const scalar e = m_exp(-(({arg}) < {L(0)} ? -({arg}) : ({arg})));",
         f"const scalar r = {L(1)} / ({L(1)} + e);",
         f"const scalar s = ({arg}) >= {L(0)} ? r : e * r;",
-        f"const scalar sc = ({arg}) >= {L(0)} ? e * r : r;",
     ]
+    if complement:
+        lines.append(f"const scalar sc = ({arg}) >= {L(0)} ? e * r : r;")
+    return lines
 
 
 def activation_body(kind: str, params: dict, scalar: str, order: int) -> list[str]:
@@ -67,7 +69,7 @@ def activation_body(kind: str, params: dict, scalar: str, order: int) -> list[st
         soft = f"((({z}) > {L(0)} ? ({z}) : {L(0)}) + m_log1p(e))"
         if beta != 1.0:
             soft = f"{soft} / {L(beta)}"
-        lines = _sigmoid_lines(z, L) + [
+        lines = _sigmoid_lines(z, L, complement=order == 2) + [
             f"const bool lin = ({z}) > {L(threshold)};",
             f"d1 = lin ? {L(1)} : s;",
             f"const scalar y = lin ? a : {soft};",

@@ -19,6 +19,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
+from onnx.inliner import inline_local_functions
 
 from .errors import ShapeError, UnsupportedOpError
 
@@ -76,8 +77,7 @@ def load_model(source) -> tuple[onnx.ModelProto, Optional[str]]:
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
     if model.functions:
-        import onnx.inliner
-        model = onnx.inliner.inline_local_functions(model)
+        model = inline_local_functions(model)
     return model, base
 
 
