@@ -117,11 +117,11 @@ def _convert(g: Graph, start: State) -> tuple[list[Layer], State]:
                 best[i + k] = (count + len(res[0]), layers + res[0], res[1])
     if best[-1] is None:
         stuck = max(i for i in range(len(segs)) if best[i] is not None)
-        raise _diagnose(g, [g.nodes[i] for i in segs[stuck].nodes])
+        raise _diagnose([g.nodes[i] for i in segs[stuck].nodes])
     return best[-1][1], best[-1][2]
 
 
-def _diagnose(g: Graph, nodes: list[onnx.NodeProto]) -> UnsupportedOpError:
+def _diagnose(nodes: list[onnx.NodeProto]) -> UnsupportedOpError:
     """Name the most telling unsupported op of a segment (LSTM before the Shape feeding it)."""
     unknown = [n for n in nodes if n.domain not in ("", "ai.onnx") or n.op_type not in KNOWN_OPS]
     if unknown:
@@ -151,7 +151,7 @@ def _match(e: Expr, st: State) -> Result:
 # ---- helpers ------------------------------------------------------------------------
 
 def _origin(e: Expr) -> str:
-    return e.node.name or e.tensor if e.node is not None else e.tensor
+    return (e.node.name or e.tensor) if e.node is not None else e.tensor
 
 
 def _finite(e: Expr) -> np.ndarray:
@@ -305,6 +305,14 @@ def _sum(e: Expr) -> tuple[np.ndarray, list[tuple[np.ndarray, list[Expr]]]]:
     return (c, []) if not f else (np.zeros(()), [(c, f)])
 
 
+def _const_arg(e: Expr, k: int) -> Optional[Expr]:
+    """Operand k of e's node, which must be a constant when present."""
+    arg = e.args[k] if len(e.args) > k else None
+    if arg is not None and not arg.is_const:
+        raise UnsupportedOpError(f"{e.where()}: operand {k} ({arg.tensor!r}) must be a constant")
+    return arg
+
+
 def _only_x(e: Expr) -> bool:
     """Every data operand of e's node is X itself (a template may then decide or raise)."""
     data = [a for a in e.args if a is not None and not a.is_const]
@@ -424,6 +432,8 @@ def _reshape(e: Expr, st: State) -> Result:
     else:
         axes = at.get("axes", None if second is None else [int(v) for v in np.ravel(second.value)])
         if e.op == "Squeeze":
+            if not shape:
+                raise ShapeError(f"{e.where()}: cannot squeeze a rank-0 tensor")
             if axes is None:
                 if None in shape:
                     raise ShapeError(f"{e.where()}: Squeeze without axes on data of dynamic shape {shape}")
@@ -463,7 +473,7 @@ def _single_activation(e: Expr, st: State) -> Result:
             raise UnsupportedOpError(f"{e.where()}: Gelu approximate={mode!r} is not supported")
         return _elementwise(e, st, [_act("gelu", e, approximate=0.0 if mode == "none" else 1.0)])
     if op == "PRelu":
-        slope = _finite(e.args[1])
+        slope = _finite(_const_arg(e, 1))
         if np.any(slope != slope.reshape(-1)[0]):
             raise UnsupportedOpError(f"{e.where()}: PRelu with per-channel slopes {slope.shape} is not supported "
                                      "(only one slope, i.e. LeakyReLU)")
@@ -478,7 +488,7 @@ def _single_activation(e: Expr, st: State) -> Result:
 def _clip(e: Expr, st: State, at: dict) -> Result:
     bounds = [at.get("min"), at.get("max")]
     for k in (0, 1):
-        arg = e.args[k + 1] if len(e.args) > k + 1 else None
+        arg = _const_arg(e, k + 1)
         if arg is not None:
             if np.asarray(arg.value).size != 1:
                 raise UnsupportedOpError(f"{e.where()}: Clip bound {arg.tensor!r} of shape {np.shape(arg.value)} "
@@ -501,7 +511,7 @@ def _batchnorm(e: Expr, st: State, at: dict) -> Result:
     if len(st.shape) != 2:
         raise ShapeError(f"{e.where()}: BatchNormalization normalises axis 1; only (batch, features) data is "
                          f"supported, got shape {st.shape}")
-    gamma, beta, mean, var = (_finite(a) for a in e.args[1:5])
+    gamma, beta, mean, var = (_finite(_const_arg(e, k)) for k in range(1, 5))
     scale = gamma / np.sqrt(var + _param(at.get("epsilon", 1e-5)))
     where = e.where()
     return [Affine(_per_feature(scale, st, where), _per_feature(beta - mean * scale, st, where), _origin(e))], st

@@ -247,6 +247,12 @@ class Graph:
             if i is not None and i in reached and i not in useful:
                 useful.add(i)
                 stack.extend(x for x in value_inputs(self.nodes[i]) if x in data)
+        for i in sorted(useful):
+            for t in value_inputs(self.nodes[i]):
+                if t and t not in data and not self.is_const(t):
+                    raise UnsupportedOpError(
+                        f"input {t!r} of {label(self.nodes[i])} is not a constant; weights and parameters must "
+                        "be initializers or Constant nodes (foldable: " + ", ".join(sorted(FOLDABLE)) + ")")
         for i, node in enumerate(self.nodes):
             if i in reached and i not in useful:
                 raise UnsupportedOpError(
@@ -258,12 +264,6 @@ class Graph:
                 raise UnsupportedOpError(
                     f"{label(node)} is neither constant computation nor on the path from input to output "
                     f"({why})")
-            if i in useful:
-                for t in value_inputs(node):
-                    if t and t not in data and not self.is_const(t):
-                        raise UnsupportedOpError(
-                            f"input {t!r} of {label(node)} is not a constant; weights and parameters must be "
-                            "initializers or Constant nodes (foldable: " + ", ".join(sorted(FOLDABLE)) + ")")
         return useful
 
     def segments(self) -> list[Segment]:
