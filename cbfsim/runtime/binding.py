@@ -9,6 +9,7 @@ import numpy as np
 from compiler.emit_cpp import ABI_VERSION
 from compiler.errors import ShapeError, ToolchainError
 
+_F64 = np.dtype(np.float64)
 _P = ctypes.c_void_p
 _I = ctypes.c_int
 # One table of C signatures: name -> (restype, argtypes).
@@ -55,27 +56,25 @@ class CompiledLie:
         self.workspace_bytes = self._lib.cbf_workspace_bytes()
         n, m = self.n, self.m
         self._shapes = {"x": (n,), "f": (n,), "G": (n, m), "Dff": (n,), "DfG": (n, m)}
-        # Single-state path: ctypes double arrays filled from tolist(): cheaper than any numpy
-        # call or taking an array's address, each of which costs more than the C call itself.
-        self._stage = (ctypes.c_double * (3 * n + 2 * n * m))()
+        # Single-state path: the inputs travel as one bytes object (float64 tobytes, concatenated)
+        # into a packed entry that converts to the header's scalar in C. Every numpy call, and
+        # taking an array's address, costs more from Python than the C call itself.
         self._out = (ctypes.c_double * (3 + 2 * m))()
         self._packed1 = self._lib.cbf_lie_packed_f64
         self._packed2 = getattr(self._lib, "cbf_lie2_packed_f64", None)
 
-    def _single(self, names, args, packed, k: int):
-        offset = 0
-        stage = self._stage
+    def _single(self, names, args, packed, k: int) -> np.ndarray:
+        chunks = []
         for key, value in zip(names, args):
             shape = self._shapes[key]
-            if getattr(value, "shape", None) != shape:
-                value = np.asarray(value, dtype=np.float64)
+            if type(value) is not np.ndarray or value.dtype != _F64 or value.shape != shape \
+                    or not value.flags.c_contiguous:
+                value = np.ascontiguousarray(value, dtype=np.float64)
                 if value.shape != shape:
                     raise ShapeError(f"{key} must have shape {shape}, got {value.shape}")
-            flat = value.ravel().tolist() if len(shape) > 1 else value.tolist()
-            stage[offset:offset + len(flat)] = flat
-            offset += len(flat)
-        packed(stage, self._out)
-        return self._out[0:k]
+            chunks.append(value.tobytes())
+        packed(b"".join(chunks), self._out)
+        return np.frombuffer(bytes(self._out), count=k)
 
     def _batch(self, names, args, batch_fn, k: int) -> np.ndarray:
         batch = np.shape(args[0])[0]
@@ -100,8 +99,8 @@ class CompiledLie:
     def lie(self, x, f, G):
         """(h, L_f h, L_G h): floats and (m,) for one state; (B,), (B,), (B, m) for a batch."""
         out = self._call(("x", "f", "G"), (x, f, G), self._packed1, self._lib.cbf_lie_batch, 2 + self.m)
-        if isinstance(out, list):
-            return out[0], out[1], np.array(out[2:])
+        if out.ndim == 1:
+            return out[0], out[1], out[2:]
         return out[:, 0], out[:, 1], out[:, 2:]
 
     def lie2(self, x, f, G, Dff, DfG):
@@ -111,6 +110,6 @@ class CompiledLie:
         m = self.m
         out = self._call(("x", "f", "G", "Dff", "DfG"), (x, f, G, Dff, DfG),
                          self._packed2, self._lib.cbf_lie2_batch, 3 + 2 * m)
-        if isinstance(out, list):
-            return out[0], out[1], np.array(out[2:2 + m]), out[2 + m], np.array(out[3 + m:])
+        if out.ndim == 1:
+            return out[0], out[1], out[2:2 + m], out[2 + m], out[3 + m:]
         return out[:, 0], out[:, 1], out[:, 2:2 + m], out[:, 2 + m], out[:, 3 + m:]
