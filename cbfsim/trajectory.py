@@ -1,0 +1,99 @@
+"""The one result type of a closed-loop run, always batched.
+
+Convention: every per-run array has a leading batch axis B (B = 1 for a single run), then
+time. States and h are sampled at the T+1 control instants t_0..t_T; inputs, Lie terms,
+slack, status and solve time belong to the T control steps (held on [t_k, t_{k+1})).
+``traj[i]`` / ``traj.single()`` give B = 1 views; ``save``/``load`` use a plain .npz
+(allow_pickle=False) with the metadata stored as a JSON string.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .barriers import ShapeError
+
+_OPTIONAL = ("Lf2", "LgLf")
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """t (T+1,); x (B, T+1, n); h (B, T+1); u_nom, u, Lg (B, T, m); Lf, slack, solve_time
+    (B, T); status (B, T) int8 (FilterStatus); Lf2 (B, T) and LgLf (B, T, m) for order-2
+    runs, else None; metadata: JSON-serialisable dict (system, filter, timing, ...)."""
+
+    t: np.ndarray
+    x: np.ndarray
+    u_nom: np.ndarray
+    u: np.ndarray
+    h: np.ndarray
+    Lf: np.ndarray
+    Lg: np.ndarray
+    slack: np.ndarray
+    status: np.ndarray
+    solve_time: np.ndarray
+    metadata: dict = field(default_factory=dict)
+    Lf2: np.ndarray | None = None
+    LgLf: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.x.ndim != 3:
+            raise ShapeError(f"Trajectory.x: expected shape (B, T+1, n), got {self.x.shape}")
+        B, T1, n = self.x.shape
+        T, m = T1 - 1, self.u.shape[-1] if self.u.ndim == 3 else -1
+        expected = {"t": (T1,), "u_nom": (B, T, m), "u": (B, T, m), "h": (B, T1), "Lf": (B, T),
+                    "Lg": (B, T, m), "slack": (B, T), "status": (B, T), "solve_time": (B, T),
+                    "Lf2": (B, T), "LgLf": (B, T, m)}
+        for name, shape in expected.items():
+            value = getattr(self, name)
+            if value is None and name in _OPTIONAL:
+                continue
+            if np.shape(value) != shape:
+                raise ShapeError(f"Trajectory.{name}: expected shape {shape}, got {np.shape(value)}")
+
+    # -- shape helpers
+    @property
+    def batch_size(self) -> int:
+        return int(self.x.shape[0])
+
+    @property
+    def n_steps(self) -> int:
+        """Number of control steps T."""
+        return int(self.x.shape[1] - 1)
+
+    def __len__(self) -> int:
+        return self.batch_size
+
+    def __getitem__(self, index: int | slice | np.ndarray) -> "Trajectory":
+        """Select runs along the batch axis; an integer keeps a batch axis of size 1."""
+        sel = slice(index, index + 1 if index != -1 else None) if isinstance(index, (int, np.integer)) else index
+        if isinstance(index, (int, np.integer)) and not -self.batch_size <= index < self.batch_size:
+            raise IndexError(f"trajectory index {index} out of range for batch size {self.batch_size}")
+        return replace(self, **{f.name: getattr(self, f.name)[sel] for f in fields(self)
+                                if f.name not in ("t", "metadata") and getattr(self, f.name) is not None})
+
+    def single(self) -> "Trajectory":
+        """The run itself, checked to be a batch of one."""
+        if self.batch_size != 1:
+            raise ShapeError(f"single(): expected batch size 1, got {self.batch_size}; index with traj[i]")
+        return self
+
+    # -- persistence
+    def save(self, path: str | Path) -> Path:
+        """Write an .npz (no pickles); returns the path written."""
+        path = Path(path)
+        arrays = {f.name: getattr(self, f.name) for f in fields(self)
+                  if f.name != "metadata" and getattr(self, f.name) is not None}
+        np.savez(path, metadata=np.array(json.dumps(self.metadata, sort_keys=True)), **arrays)
+        return path if path.suffix == ".npz" else path.with_name(path.name + ".npz")
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Trajectory":
+        with np.load(Path(path), allow_pickle=False) as data:
+            kwargs: dict[str, Any] = {k: data[k] for k in data.files if k != "metadata"}
+            kwargs["metadata"] = json.loads(str(data["metadata"][()]))
+        return cls(**kwargs)
