@@ -306,7 +306,8 @@ def _floats(words: list[str]) -> np.ndarray:
 
 
 def parse_log(text: str) -> DeviceLog:
-    """Decode a firmware log (host, QEMU or a captured ESP32 serial log; other lines ignored)."""
+    """Decode a firmware log (host, QEMU or a captured ESP32 serial log; other lines ignored).
+    A capture may hold several runs (the board was reset): the last one is decoded."""
     header: dict[str, str] = {}
     rows: list[np.ndarray] = []
     status: list[int] = []
@@ -314,28 +315,16 @@ def parse_log(text: str) -> DeviceLog:
     bench = None
     end = None
     facts: dict[str, str] = {}
-    for raw in text.splitlines():
+    for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
-        if line.startswith("H port="):
-            header = dict(kv.split("=", 1) for kv in line[2:].split())
-        elif line.startswith("S ") and header:
-            words = line.split()
-            if int(words[1]) != len(rows):
-                raise DeviceError(f"step {words[1]} out of order (expected {len(rows)}): lost serial data?")
-            rows.append(_floats(words[2:-1]))
-            status.append(int(words[-1]))
-        elif line.startswith("F ") and header:
-            final = _floats(line.split()[2:])
-        elif line.startswith("B calls="):
-            head, _, unit = line[2:].partition(" unit=")
-            fields = dict(kv.split("=", 1) for kv in head.split())
-            fields["unit"] = unit
-            bench = {k: (int(v) if k in ("calls", "median", "max", "min", "overhead") else v)
-                     for k, v in fields.items()}
-        elif line.startswith("E "):
-            end = line[2:]
-        elif line.startswith("P "):
-            facts.update(kv.split("=", 1) for kv in line[2:].split() if "=" in kv)
+        try:
+            if line.startswith("H port="):
+                header = dict(kv.split("=", 1) for kv in line[2:].split())
+                rows, status, final, bench, end, facts = [], [], None, None, None, {}
+            else:
+                bench, end, final = _record(line, header, rows, status, facts, bench, end, final)
+        except ValueError as exc:
+            raise DeviceError(f"log line {number} is garbled ({exc}): {line[:80]!r}") from None
     if not header:
         raise DeviceError("no 'H port=' header line in the log")
     n, m = int(header["n"]), int(header["m"])
@@ -352,6 +341,30 @@ def parse_log(text: str) -> DeviceLog:
         bits = np.concatenate([bits.ravel(), final])
     return DeviceLog(header, x, vals[:, n:n + m], vals[:, n + m:n + 2 * m], vals[:, -1],
                      np.array(status, dtype=np.int8), bits.ravel(), bench, end, facts)
+
+
+def _record(line: str, header: dict, rows: list, status: list, facts: dict, bench: Any, end: Any,
+            final: Any) -> tuple[Any, Any, Any]:
+    """One non-header line into the accumulators; returns the updated (bench, end, final)."""
+    if line.startswith("S ") and header:
+        words = line.split()
+        if int(words[1]) != len(rows):
+            raise DeviceError(f"step {words[1]} out of order (expected {len(rows)}): lost serial data?")
+        rows.append(_floats(words[2:-1]))
+        status.append(int(words[-1]))
+    elif line.startswith("F ") and header:
+        final = _floats(line.split()[2:])
+    elif line.startswith("B calls="):
+        head, _, unit = line[2:].partition(" unit=")
+        fields: dict[str, Any] = dict(kv.split("=", 1) for kv in head.split())
+        bench = {k: (int(v) if k in ("calls", "median", "max", "min", "overhead") else v)
+                 for k, v in fields.items()}
+        bench["unit"] = unit
+    elif line.startswith("E "):
+        end = line[2:]
+    elif line.startswith("P "):
+        facts.update(kv.split("=", 1) for kv in line[2:].split() if "=" in kv)
+    return bench, end, final
 
 
 def bench_summary(log: DeviceLog) -> dict[str, Any]:

@@ -1,0 +1,136 @@
+// filter.hpp: the exact safety filter for one affine constraint plus box bounds,
+//
+//     min 1/2 ||u - u_nom||^2   s.t.   a + b.u >= 0,   u_min <= u <= u_max,
+//
+// solved in closed form with no iteration, no allocation and a fixed worst-case cost.
+//
+// Why this is exact: the problem is a strictly convex projection, so the KKT conditions
+// characterise the solution. With lambda >= 0 the multiplier of the row,
+//     u(lambda) = clip(u_nom + lambda b, u_min, u_max),
+//     g(lambda) = a + b.u(lambda)
+// is continuous, nondecreasing and piecewise linear in lambda: coordinate j moves (slope
+// b_j^2) between the two breakpoints where it leaves and reaches a bound. Hence
+//   * g(0) >= 0:        lambda = 0, u = clip(u_nom)                      -> kNominal
+//   * sup g < 0:        no box point satisfies the row; return the least-violation point
+//                       (u_j = u_max_j if b_j > 0, u_min_j if b_j < 0, clip(u_nom_j) if b_j = 0)
+//                                                                          -> kInfeasible
+//   * otherwise:        walk the at most 2m sorted positive breakpoints to the segment
+//                       where g changes sign and solve the linear piece  -> kActive
+// Non-finite data (a NaN from the barrier, say) gives a finite, in-bounds input and
+// kInvalid, so a fault never turns into a NaN state.
+//
+// The same arithmetic runs in float on the device and in double for the test that checks
+// it against the numpy reference (cbfsim/filters/projection.py).
+#ifndef CBF_FILTER_HPP
+#define CBF_FILTER_HPP
+
+namespace cbf_filter {
+
+enum Status : int { kNominal = 0, kActive = 1, kInfeasible = 2, kInvalid = 3 };
+
+template <typename T>
+inline T clip(T v, T lo, T hi) noexcept {
+    return v < lo ? lo : (v > hi ? hi : v);
+}
+
+template <typename T>
+inline bool is_finite(T v) noexcept {
+    return v - v == T(0);  // false for NaN and +-inf
+}
+
+// In-place insertion sort of a small fixed-size array (ascending). No allocation, and for
+// the <= 2m breakpoints of the filter it is also the fastest choice.
+template <typename T>
+inline void insertion_sort(T* v, int count) noexcept {
+    for (int i = 1; i < count; ++i) {
+        const T key = v[i];
+        int j = i - 1;
+        while (j >= 0 && key < v[j]) {
+            v[j + 1] = v[j];
+            --j;
+        }
+        v[j + 1] = key;
+    }
+}
+
+// g(lambda) = a + b.clip(u_nom + lambda b), summed in the order j = 0..M-1.
+template <typename T, int M>
+inline T row_value(T a, const T* b, const T* u_nom, const T* lo, const T* hi, T lambda) noexcept {
+    T g = a;
+    for (int j = 0; j < M; ++j) g += b[j] * clip(u_nom[j] + lambda * b[j], lo[j], hi[j]);
+    return g;
+}
+
+// Solve the problem above; writes u (M entries) and returns a Status.
+template <typename T, int M>
+inline int project(T a, const T* b, const T* u_nom, const T* lo, const T* hi, T* u) noexcept {
+    static_assert(M >= 1, "at least one input");
+    bool ok = is_finite(a);
+    for (int j = 0; j < M; ++j) ok = ok && is_finite(b[j]) && is_finite(u_nom[j]) && lo[j] <= hi[j];
+    if (!ok) {
+        for (int j = 0; j < M; ++j) u[j] = clip(is_finite(u_nom[j]) ? u_nom[j] : T(0), lo[j], hi[j]);
+        return kInvalid;
+    }
+
+    const T g0 = row_value<T, M>(a, b, u_nom, lo, hi, T(0));
+    if (g0 >= T(0)) {
+        for (int j = 0; j < M; ++j) u[j] = clip(u_nom[j], lo[j], hi[j]);
+        return kNominal;
+    }
+
+    // The best the box can do for the row, and the point that achieves it.
+    T best[M];
+    T g_sup = a;
+    for (int j = 0; j < M; ++j) {
+        best[j] = b[j] > T(0) ? hi[j] : (b[j] < T(0) ? lo[j] : clip(u_nom[j], lo[j], hi[j]));
+        if (b[j] != T(0)) g_sup += b[j] * best[j];
+    }
+    if (!(g_sup >= T(0))) {
+        for (int j = 0; j < M; ++j) u[j] = best[j];
+        return kInfeasible;
+    }
+
+    // Coordinate j moves with lambda on (enter_j, leave_j); both clamped at >= 0.
+    T enter[M], leave[M], breaks[2 * M];
+    int count = 0;
+    for (int j = 0; j < M; ++j) {
+        enter[j] = T(0);
+        leave[j] = T(0);
+        if (b[j] == T(0)) continue;
+        const T t_lo = (lo[j] - u_nom[j]) / b[j];
+        const T t_hi = (hi[j] - u_nom[j]) / b[j];
+        const T t1 = b[j] > T(0) ? t_lo : t_hi;
+        const T t2 = b[j] > T(0) ? t_hi : t_lo;
+        enter[j] = t1 > T(0) ? t1 : T(0);
+        leave[j] = t2 > T(0) ? t2 : T(0);
+        if (enter[j] > T(0)) breaks[count++] = enter[j];
+        if (leave[j] > T(0)) breaks[count++] = leave[j];
+    }
+    insertion_sort(breaks, count);
+
+    T start = T(0);
+    T g_start = g0;
+    for (int k = 0; k < count; ++k) {
+        const T end = breaks[k];
+        if (!(end > start)) continue;  // a repeated breakpoint
+        const T g_end = row_value<T, M>(a, b, u_nom, lo, hi, end);
+        if (g_end >= T(0)) {
+            T slope = T(0);
+            for (int j = 0; j < M; ++j)
+                if (b[j] != T(0) && enter[j] <= start && start < leave[j]) slope += b[j] * b[j];
+            const T lambda = clip(slope > T(0) ? start - g_start / slope : end, start, end);
+            for (int j = 0; j < M; ++j) u[j] = clip(u_nom[j] + lambda * b[j], lo[j], hi[j]);
+            return kActive;
+        }
+        start = end;
+        g_start = g_end;
+    }
+    // Past the last breakpoint every moving coordinate sits on its bound, so g equals
+    // sup g >= 0 there; rounding hid that sign. The root is that corner.
+    for (int j = 0; j < M; ++j) u[j] = best[j];
+    return kActive;
+}
+
+}  // namespace cbf_filter
+
+#endif  // CBF_FILTER_HPP
