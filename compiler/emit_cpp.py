@@ -123,6 +123,15 @@ inline void dense_stream(const Src& src, const scalar* __restrict wt, const scal
     }
 }
 
+// Register blocking pays where C x 32 float accumulators fit in vector registers (x86 with
+// AVX: sixteen 8-float registers); on cores without SIMD (Cortex-M, Xtensa) they would only
+// spill to the stack, so those stream. Either kernel gives the same bits.
+#if defined(__AVX__)
+constexpr bool kRegisterBlocking = sizeof(scalar) == 4;
+#else
+constexpr bool kRegisterBlocking = false;
+#endif
+
 // Channels<In>: reads a layer input held channel-major in the workspace.
 template <int In>
 struct Channels {
@@ -167,7 +176,8 @@ inline void activate2(scalar* __restrict buf) noexcept {
 # Register blocking of hidden layers: 32 outputs x C channels of accumulators stay in
 # registers across the k loop. Measured with callgrind on g++ 12 -O3 -march=native (AVX2):
 # it pays only when C * 32 accumulators fit (C <= 3, twelve ymm registers); 8-, 16- and
-# 24-wide blocks compiled worse than the streaming kernel, so every other layer streams.
+# 24-wide blocks compiled worse than the streaming kernel, so every other layer streams, and
+# the header streams everywhere on targets without AVX (kRegisterBlocking).
 # The choice never changes a result: each output is summed in the same order either way.
 BLOCK = 32
 MAX_BLOCKED_CHANNELS = 3
@@ -199,10 +209,12 @@ def _plan_sweep(widths: list[int], channels: int, act_structs: list[str], order_
         out_offset = None if last else (0 if in_offset is None or in_offset != 0 else span - channels * n_out)
         target = "out" if last else f"w + {out_offset}"
         src = seed_expr if i == 1 else f"detail::Channels<{n_in}>{{w + {in_offset}}}"
+        stream = f"detail::dense_stream<{n_in}, {n_out}, {channels}>({src}, detail::kW{i}, detail::kB{i}, {target});"
         if i == 1 or last or not use_blocked(n_out, channels):
-            steps.append(f"detail::dense_stream<{n_in}, {n_out}, {channels}>({src}, detail::kW{i}, detail::kB{i}, {target});")
+            steps.append(stream)
         else:
-            steps.append(f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({src}, detail::kW{i}, detail::kB{i}, {target});")
+            block = f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({src}, detail::kW{i}, detail::kB{i}, {target});"
+            steps += ["if constexpr (detail::kRegisterBlocking) {", "    " + block, "} else {", "    " + stream, "}"]
         if not last:
             if order_fn == "activate":
                 steps.append(f"detail::activate<{n_out}, {channels}, detail::{act_structs[i - 1]}>(w + {out_offset});")

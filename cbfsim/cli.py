@@ -1,0 +1,93 @@
+"""cbfsim: one command line for the user's own work.
+
+    cbfsim train --help       train a neural barrier for a named system (training.cli)
+    cbfsim verify --help      check a trained model on a dense sample of its domain (training.cli)
+    cbfsim compile --help     compile an ONNX barrier into a C++ header (the compiler's cbfc)
+    cbfsim simulate --help    run the closed loop with a compiled barrier and write the trajectory and figures
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+SIMULATE_HELP = """Simulate the closed loop of a trained barrier: its model card names the system, the input
+bounds and the class-K gains; the ONNX file beside it is compiled (cached) and evaluated through
+the C++ header. Writes trajectory.npz, phase_portrait.png and time_series.png to --out."""
+
+
+def _simulate_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cbfsim simulate", description=SIMULATE_HELP)
+    parser.add_argument("card", type=Path, help="the model card (model.json) of a trained barrier")
+    parser.add_argument("--x0", type=float, nargs="+", required=True, help="initial state (n numbers)")
+    parser.add_argument("--controller", default=None,
+                        help="nominal controller of the system (default: its first one)")
+    parser.add_argument("--t-final", type=float, default=10.0, help="seconds to simulate (default 10)")
+    parser.add_argument("--dt", type=float, default=0.01, help="control period in seconds (default 0.01)")
+    parser.add_argument("--substeps", type=int, default=1, help="RK4 steps per control period (default 1)")
+    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
+                        help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
+    parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
+    return parser
+
+
+def simulate_main(argv: Sequence[str]) -> int:
+    from .barriers import CompiledBarrier
+    from .classk import Linear
+    from .filters import CBFQP, CBFProjection, HOCBFQP
+    from .plots import phase_portrait, time_series
+    from .runtime import compile_barrier
+    from .simulate import simulate
+    from systems import get_system
+    from training.model_card import load_card
+
+    args = _simulate_parser().parse_args(argv)
+    card = load_card(args.card)
+    system = get_system(card.system, **card.system_params)
+    x0 = np.asarray(args.x0, dtype=np.float64)
+    if x0.shape != (system.n,):
+        print(f"cbfsim simulate: error: --x0 needs {system.n} numbers ({', '.join(system.state_names)}), "
+              f"got {x0.size}", file=sys.stderr)
+        return 2
+    controller = args.controller or system.nominal_names[0]
+    barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
+    gains = card.gains
+    if args.filter == "none":
+        filt = None
+    elif card.order == 1:
+        filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]))
+    else:
+        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter)
+    traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
+                    order=card.order)
+    args.out.mkdir(parents=True, exist_ok=True)
+    traj.save(args.out / "trajectory.npz")
+    phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
+    time_series(args.out / "time_series.png", traj)
+    c = system.constraint(traj.x[0])
+    print(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
+          f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    commands = {"train", "verify", "compile", "simulate"}
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+        print(__doc__.strip())
+        return 0 if argv and argv[0] in ("-h", "--help") else 2
+    command, rest = argv[0], argv[1:]
+    if command == "compile":
+        from compiler.cli import main as cbfc
+        return cbfc(rest)
+    if command == "simulate":
+        return simulate_main(rest)
+    from training.cli import main as training_main
+    return training_main([command, *rest])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

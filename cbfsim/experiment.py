@@ -1,0 +1,203 @@
+"""The closed-loop experiment behind ``experiments/*.py``: a shipped (or retrained) barrier,
+compiled and loaded, filtering a nominal controller from many random initial states.
+
+One ``ExperimentSpec`` per script says what differs (model, nominal controller, horizon,
+showcase states, plotted coordinates); ``run_experiment`` does the rest the same way for
+every system: batched filtered runs through the compiled header with the exact projection,
+the same initial states under the nominal controller alone, one showcase trajectory with
+the OSQP filter, the verifier on the model, figures and ``summary.json``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+
+from .barriers import CompiledBarrier
+from .classk import Linear
+from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
+from .plots import phase_portrait, time_series
+from .runtime import compile_barrier
+from .simulate import simulate, simulate_batch
+from .trajectory import Trajectory
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    name: str                           # results/<name>/, experiments/models/<name>.onnx|json
+    controller: str                     # the system's nominal controller
+    t_final: float                      # seconds per run
+    dt_control: float                   # control period (zero-order hold)
+    showcase: Sequence[Sequence[float]]  # initial states drawn in the phase portrait (first: OSQP showcase)
+    dims: tuple[int, int] = (0, 1)      # state coordinates of the phase portrait
+    runs: int = 200                     # random initial states in {h >= 0}
+    dt_int: float | None = None         # RK4 step (default: dt_control)
+    portrait_fixed: Sequence[float] | None = None   # values of the other states in the portrait grid
+    portrait_limits: Sequence[Sequence[float]] | None = None
+    verify_samples: int = 200_000
+    models_dir: Path = field(default=Path(__file__).resolve().parent.parent / "experiments" / "models")
+
+
+def _filters(card, system, order: int):
+    """(batched filter: exact projection, showcase filter: OSQP), from the card's class-K gains."""
+    gains = card.gains
+    if order == 1:
+        alpha = Linear(gains["gamma"])
+        return CBFProjection(system, alpha), CBFQP(system, alpha)
+    alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
+    return HOCBFQP(system, alpha1, alpha2, solver="projection"), HOCBFQP(system, alpha1, alpha2, solver="osqp")
+
+
+def _initial_states(barrier: CompiledBarrier, lo: np.ndarray, hi: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """``count`` uniform states of the training box with h >= 0 (rejection sampling)."""
+    rng = np.random.default_rng(seed)
+    found: list[np.ndarray] = []
+    total = 0
+    for _ in range(200):
+        x = rng.uniform(lo, hi, size=(max(4 * count, 1000), lo.size))
+        keep = x[barrier.value(x) >= 0.0]
+        found.append(keep)
+        total += len(keep)
+        if total >= count:
+            return np.concatenate(found)[:count]
+    raise RuntimeError(f"could not draw {count} states with h >= 0 from the training box ({total} found)")
+
+
+def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
+    """Minimum of the constraint function over every run and step, and the runs that left the set."""
+    B, T1, n = traj.x.shape
+    c = system.constraint(traj.x.reshape(-1, n)).reshape(B, T1)
+    return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
+
+
+def load_model(spec: ExperimentSpec, models_dir: Path | None = None):
+    """(card, system, onnx path) of the shipped model."""
+    from systems import get_system
+    from training.model_card import load_card
+    directory = Path(models_dir or spec.models_dir)
+    card_path = directory / f"{spec.name}.json"
+    if not card_path.is_file():
+        raise FileNotFoundError(f"{card_path}: no model card; train one with --retrain")
+    card = load_card(card_path)
+    system = get_system(card.system, **card.system_params)
+    return card, system, card.onnx_path(card_path), card_path
+
+
+def retrain(spec: ExperimentSpec, out_dir: Path, progress: bool = True) -> Path:
+    """Train the preset barrier anew into out_dir; returns the directory holding <name>.onnx/.json."""
+    from training.presets import preset, ship
+    from training.trainer import train_barrier
+    run_dir = out_dir / "training"
+    train_barrier(preset(spec.name), run_dir, progress=progress, overwrite=True)
+    ship(run_dir, out_dir / "model", spec.name)
+    return out_dir / "model"
+
+
+def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None, t_final: float | None = None,
+                   models_dir: Path | None = None, verify_samples: int | None = None, seed: int = 0) -> dict[str, Any]:
+    """Run the experiment, write figures and summary.json to out_dir, return the summary."""
+    from training.verify import verify
+    started = time.perf_counter()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    card, system, onnx_path, card_path = load_model(spec, models_dir)
+    order = card.order
+    lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
+    barrier = CompiledBarrier(lib)
+    batch_filter, showcase_filter = _filters(card, system, order)
+    lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
+    runs = spec.runs if runs is None else runs
+    t_final = spec.t_final if t_final is None else t_final
+
+    X0 = _initial_states(barrier, lo, hi, runs, seed)
+    common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
+    filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
+    nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)
+    showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
+    showcase = simulate(system, barrier, showcase_filter, spec.controller, showcase_x0[0], **common)
+    showcase_more = simulate_batch(system, barrier, batch_filter, spec.controller, showcase_x0, **common)
+    showcase_nominal = simulate_batch(system, barrier, None, spec.controller, showcase_x0, order=order, **common)
+    report = verify(lib, card_path, samples=spec.verify_samples if verify_samples is None else verify_samples)
+
+    min_f, viol_f = _constraint_stats(system, filtered)
+    min_n, viol_n = _constraint_stats(system, nominal)
+    min_s, viol_s = _constraint_stats(system, showcase)
+    summary: dict[str, Any] = {
+        "experiment": spec.name, "system": system.name, "order": order,
+        "controller": spec.controller, "model": str(onnx_path.name),
+        "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": spec.dt_control, "t_final": t_final,
+        "min_constraint_filtered": min(min_f, min_s), "min_constraint_nominal": min_n,
+        "violations_filtered": viol_f + viol_s, "violations_nominal": viol_n,
+        "qp_infeasible_steps": int(np.sum(filtered.status == FilterStatus.SLACK_ACTIVE)
+                                   + np.sum(showcase.status == FilterStatus.SLACK_ACTIVE)),
+        "solver_errors": int(np.sum(filtered.status == FilterStatus.SOLVER_ERROR)
+                             + np.sum(showcase.status == FilterStatus.SOLVER_ERROR)),
+        "min_h_filtered": float(np.nanmin(filtered.h)),
+        "showcase": {"x0": showcase_x0[0].tolist(), "filter": "OSQP", "min_constraint": min_s,
+                     "max_abs_diff_vs_projection": float(np.max(np.abs(showcase.x[0] - showcase_more.x[0])))},
+        "verify": {"condition_failures": report.condition_failures,
+                   "containment_failures": report.containment_failures,
+                   "coverage": report.coverage, "states": report.n_states, "method": report.method},
+        "header_workspace_bytes": lib.workspace_bytes,
+        "timing_s": {k: v for k, v in filtered.metadata["timing"].items() if k.endswith("_s")},
+    }
+
+    fig_dir = out_dir
+    value = lambda x: barrier.value(x)  # noqa: E731
+    phase_portrait(fig_dir / "phase_portrait.png", system, value, trajectories=showcase_more,
+                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed,
+                   limits=spec.portrait_limits, title=f"{system.name}: filtered (solid) vs nominal (dashed)")
+    phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40],
+                   nominal=None, dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits,
+                   title=f"{system.name}: {min(runs, 40)} filtered runs from random states in h >= 0")
+    time_series(fig_dir / "showcase_time_series.png", showcase, title=f"{system.name}: showcase (OSQP filter)")
+    showcase.save(fig_dir / "showcase.npz")
+    summary["wall_time_s"] = time.perf_counter() - started
+    (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    return summary
+
+
+def print_summary(summary: dict[str, Any]) -> None:
+    rows = [
+        ("runs x steps", f"{summary['runs']} x {summary['steps']}"),
+        ("min constraint, filtered", f"{summary['min_constraint_filtered']:.4g}"),
+        ("min constraint, nominal", f"{summary['min_constraint_nominal']:.4g}"),
+        ("runs leaving the set, filtered", summary["violations_filtered"]),
+        ("runs leaving the set, nominal", summary["violations_nominal"]),
+        ("QP infeasible steps (slack active)", summary["qp_infeasible_steps"]),
+        ("verifier: condition failures", summary["verify"]["condition_failures"]),
+        ("verifier: containment failures", summary["verify"]["containment_failures"]),
+        ("verifier: coverage of the constraint set", f"{summary['verify']['coverage']:.1%}"),
+        ("wall time", f"{summary['wall_time_s']:.1f} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    print(f"\n{summary['experiment']} ({summary['system']}, order {summary['order']})")
+    for key, value in rows:
+        print(f"  {key:<{width}}  {value}")
+
+
+def main(spec: ExperimentSpec, argv: Sequence[str] | None = None) -> int:
+    """The command line shared by the experiment scripts."""
+    parser = argparse.ArgumentParser(description=f"Closed-loop experiment '{spec.name}' with its compiled neural barrier.")
+    parser.add_argument("--out", type=Path, default=Path("results") / spec.name, help="output directory")
+    parser.add_argument("--runs", type=int, default=None, help=f"random initial states (default {spec.runs})")
+    parser.add_argument("--t-final", type=float, default=None, help=f"seconds per run (default {spec.t_final})")
+    parser.add_argument("--fast", action="store_true", help="a quick check: 20 runs, a short horizon, fewer samples")
+    parser.add_argument("--retrain", action="store_true", help="train the barrier anew instead of the shipped one")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random initial states")
+    args = parser.parse_args(argv)
+    models_dir = retrain(spec, args.out) if args.retrain else None
+    runs, t_final, samples = args.runs, args.t_final, None
+    if args.fast:
+        runs, t_final, samples = runs or 20, t_final or min(spec.t_final, 2.0), 20_000
+    summary = run_experiment(spec, args.out, runs=runs, t_final=t_final, models_dir=models_dir,
+                             verify_samples=samples, seed=args.seed)
+    print_summary(summary)
+    print(f"  figures and summary.json in {args.out}/")
+    ok = summary["violations_filtered"] == 0 and summary["verify"]["condition_failures"] == 0 \
+        and summary["verify"]["containment_failures"] == 0
+    return 0 if ok else 1
