@@ -65,11 +65,12 @@ def load_model(source, name: str | None = None) -> Model:
     return model
 
 
-def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None) -> CompiledSource:
+def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
+                  layout: str = "sweep") -> CompiledSource:
     """Compile a barrier into header + shim text (nothing written)."""
     model = load_model(source, name)
     model = replace(model, name=check_identifier(name) if name else sanitize_identifier(model.name))
     model = canonicalize(model)
-    options = EmitOptions(inputs=inputs, order=order, scalar=dtype)
+    options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout)
     header, report = emit_header(model, options)
     return CompiledSource(model.name, header, emit_abi(model.name, options), report, model, options)

@@ -25,6 +25,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="1: h, L_f h, L_G h; 2: also L_f^2 h and L_G L_f h (needs C^2 activations)")
     parser.add_argument("--name", help="C++ namespace and file name (default: the model file's stem)")
     parser.add_argument("--dtype", choices=("float", "double"), default="float", help="scalar type of the header")
+    parser.add_argument("--layout", choices=("sweep", "min_memory"), default="sweep",
+                        help="sweep: the real path once and all m+1 directions together (fastest); min_memory: one "
+                             "direction at a time, recomputing the real path (the paper's 2 max n_i workspace)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for NAME.hpp and NAME_abi.cpp")
     return parser
 
@@ -47,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     if not path.is_file():
         parser.error(f"{path}: no such file")
     try:
-        compiled = compile_model(path, inputs=args.inputs, order=args.order, dtype=args.dtype, name=args.name)
+        compiled = compile_model(path, inputs=args.inputs, order=args.order, dtype=args.dtype, name=args.name,
+                                 layout=args.layout)
         header, abi = compiled.write(args.output)
     except (CompilerError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split())

@@ -19,13 +19,15 @@ class CostReport:
     c_f: int                 # forward pass, Eq. (Cf)
     c_df: int                # one dual pass, Eq. (Cdf)
     paper_dual_total: int    # (m+1) C_df: one dual pass per direction (paper, Alg. 1)
-    one_sweep_total: int     # this compiler: real path once + m+1 tangent channels
+    one_sweep_total: int     # this header: "sweep" layout = real path once + all channels together;
+                             # "min_memory" = one dual (hyper-dual) pass per direction, as the paper
     reverse_total: int       # C_ad + (m+1)(2n-1), Remark 5
     channels: int            # scalars carried per neuron in the sweep
     workspace_scalars: int
     workspace_formula: str
     reverse_workspace_scalars: int   # sum of hidden widths, Prop. 3(i)
     scalar_bytes: int
+    layout: str = "sweep"
 
     @property
     def workspace_bytes(self) -> int:
@@ -37,7 +39,7 @@ class CostReport:
             f"network {widths}, m = {self.m}, order {self.order}",
             f"FLOPs  C_f = {self.c_f}   C_df = {self.c_df}   (m+1) C_df = {self.paper_dual_total}   "
             f"reverse mode C_ad + (m+1)(2n-1) = {self.reverse_total}",
-            f"FLOPs  this header, one sweep = {self.one_sweep_total}",
+            f"FLOPs  this header ({self.layout} layout) = {self.one_sweep_total}",
             f"workspace {self.workspace_bytes} bytes = {self.workspace_scalars} scalars x {self.scalar_bytes} B; "
             f"{self.workspace_formula}",
             f"reverse-mode activation cache (Prop. 3(i)) = {self.reverse_workspace_scalars} scalars",
@@ -45,8 +47,15 @@ class CostReport:
         return out
 
 
-def channels_for(m: int, order: int) -> int:
-    """Scalars per neuron: real + f + G_1..G_m, and for order 2 also the eps12 parts f'f, f'G_j."""
+LAYOUTS = ("sweep", "min_memory")
+
+
+def channels_for(m: int, order: int, layout: str = "sweep") -> int:
+    """Scalars per neuron. sweep: real + f + G_1..G_m, and for order 2 also the eps12 parts
+    f'f, f'G_j. min_memory: one direction at a time: real + tangent (order 1), or the
+    hyper-dual real, eps1, eps2, eps12 parts (order 2)."""
+    if layout == "min_memory":
+        return 2 if order == 1 else 4
     return m + 2 if order == 1 else 2 * m + 3
 
 
@@ -61,7 +70,7 @@ def workspace_span(widths: list[int]) -> int:
     return max([hidden[0], *pairs])
 
 
-def cost_report(model: Model, m: int, order: int = 1, scalar_bytes: int = 4) -> CostReport:
+def cost_report(model: Model, m: int, order: int = 1, scalar_bytes: int = 4, layout: str = "sweep") -> CostReport:
     widths = model.widths()
     d = len(widths) - 1
     c_sigma = [ACTIVATIONS[a.kind].c_sigma for a in model.hidden_activations()]
@@ -70,18 +79,24 @@ def cost_report(model: Model, m: int, order: int = 1, scalar_bytes: int = 4) -> 
     c_df = 2 * c_f + extra - sum(widths[1:d + 1])
     c_ad = 2 * c_f + extra - sum(widths[0:d])
     n = widths[0]
-    channels = channels_for(m, order)
+    channels = channels_for(m, order, layout)
     span = workspace_span(widths)
-    if order == 1:
+    hidden = sum(widths[1:d])
+    # A tangent channel costs C_df - C_f; an eps12 channel costs the same plus, per hidden
+    # neuron, sigma'' t_f w + sigma' u (4 FLOPs); sigma'' itself costs 2 per neuron per pass.
+    if order == 1 and layout == "sweep":
         one_sweep = c_f + (m + 1) * (c_df - c_f)
-    else:
-        # real path + (m+1) first-order tangents as above, plus (m+1) eps12 channels: each costs a
-        # tangent's affine work and, per hidden neuron, sigma''*t_f*w + sigma'*u (4 FLOPs) + sigma'' (2)
-        hidden = sum(widths[1:d])
+    elif order == 1:
+        one_sweep = (m + 1) * c_df
+    elif layout == "sweep":
         one_sweep = c_f + 2 * (m + 1) * (c_df - c_f) + (m + 1) * 4 * hidden + 2 * hidden
-    formula = (f"({'m+2' if order == 1 else '2m+3'}) channels x "
+    else:
+        one_sweep = (m + 1) * (c_f + 3 * (c_df - c_f) + 6 * hidden)
+    channel_text = {("sweep", 1): "(m+2)", ("sweep", 2): "(2m+3)", ("min_memory", 1): "2",
+                    ("min_memory", 2): "4"}[(layout, order)]
+    formula = (f"{channel_text} channels x "
                "max(n_1, max_{2<=i<=d-1}(n_{i-1} + n_i)) = "
                f"{channels} x {span}")
     return CostReport(tuple(widths), m, order, c_f, c_df, (m + 1) * c_df, one_sweep,
                       c_ad + (m + 1) * (2 * n - 1), channels, channels * span, formula,
-                      sum(widths[1:d]), scalar_bytes)
+                      sum(widths[1:d]), scalar_bytes, layout)

@@ -3,85 +3,98 @@
 ``math_source(scalar)`` returns C++17 text that the emitter pastes inside
 ``namespace <model> { namespace detail { ... } }``: only ``inline`` functions, no
 ``#include``, no namespaces, no statics, no loops, no tables, no recursion, no heap. Every
-copy of it is self-contained, so two models' headers in one program link fine (inline
-functions in different namespaces), and the text is a pure function of ``scalar``.
+copy is self-contained, so two models' headers in one program link fine (inline functions
+in different namespaces), and the text is a pure function of ``scalar``.
 
-Public functions (T = the scalar): m_exp, m_expm1, m_log1p, m_tanh, m_erf, m_sin, m_cos,
-m_sqrt, each ``inline T f(T x) noexcept``. Helpers are prefixed ``mx_``.
+Public functions (T = the scalar), each ``inline T f(T x) noexcept``: m_exp, m_expm1,
+m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt. Internal helpers are prefixed ``mx_``.
 
-Measured accuracy (max error in ulp of the exact result; tests/test_cppmath.py measures
-it on ~200k points per scalar against float64 / long double / mpmath references and
-asserts the "bound" column; the exhaustive float sweeps were run once while writing this):
+Measured max error, in ulps of the exact result (float: exhaustive over all 2^32 inputs
+against double libm; double: ~200k points against long double libm, erf against mpmath;
+tests/test_cppmath.py re-measures on ~200k points per scalar and asserts the bound):
 
-  function  float  (exhaustive, all finite floats)      double (dense sample)   bound f / d
-  m_exp     0.56                                         0.51                   1 / 1
-  m_expm1   0.76                                         0.75                   1 / 1
-  m_log1p   0.76                                         0.75                   1 / 1
-  m_tanh    1.32                                         1.30                   2 / 2
-  m_erf     1.07                                         1.08                   2 / 2
-  m_sin     0.66  (|x| <= 12800)                         0.55  (|x| <= 1.6e6)   1 / 1
-  m_cos     0.66  (|x| <= 12800)                         0.54  (|x| <= 1.6e6)   1 / 1
-  m_sqrt    0.5   (IEEE, correctly rounded)              0.5                    0.5 / 0.5
+  function   float   double   bound (asserted)   float / double range of the claim
+  m_exp      @exp_f  @exp_d   1                  all inputs (subnormal results in subnormal ulps)
+  m_expm1    @em1_f  @em1_d   1                  all inputs
+  m_log1p    @l1p_f  @l1p_d   1                  x > -1
+  m_tanh     @tnh_f  @tnh_d   2                  all inputs
+  m_erf      @erf_f  @erf_d   2                  all inputs
+  m_sin      @sin_f  @sin_d   1                  |x| <= 12800 / 1.6e6, NaN beyond
+  m_cos      @cos_f  @cos_d   1                  |x| <= 12800 / 1.6e6, NaN beyond
+  m_sqrt     0.5     0.5      0.5                IEEE correctly rounded
 
-Subnormal results (exp of large negative x) are produced, not flushed, within the same
-bounds (counted in subnormal ulps). Special values: NaN in gives NaN out everywhere;
-exp(+inf) = inf, exp(-inf) = 0, overflow gives +inf, underflow 0; expm1(-inf) = -1;
-log1p(-1) = -inf, log1p(x < -1) = NaN, log1p(inf) = inf; tanh and erf saturate to +-1;
-+-0 is returned unchanged by the odd functions, expm1 and log1p. sin and cos return NaN
-for |x| > 12800 (float) / 1.6e6 (double) and for +-inf: past that range the Cody-Waite
-reduction below is no longer exact, and a NaN is better than a plausible wrong value.
+Special values: NaN in gives NaN out (the same bits, except sin/cos: the default quiet
+NaN); exp(+inf) = inf, exp(-inf) = 0, overflow gives +inf, underflow a correctly scaled
+subnormal or 0 (never flushed); expm1(-inf) = -1; log1p(-1) = -inf, log1p(x < -1) = NaN,
+log1p(inf) = inf; tanh, erf saturate to +-1; -0 is returned unchanged by expm1, log1p,
+tanh, erf, sin. sin and cos return NaN for |x| > 12800 (float) / 1.6e6 (double) and for
++-inf: beyond that the reduction below is no longer exact, and NaN is better than a
+plausible wrong value. Results for inputs outside a branch's range are computed and
+discarded, so floating-point exception flags may be raised spuriously (never trapped
+by default); the code never relies on them.
 
-Algorithms (coefficients: minimax polynomials from a Remez exchange run with mpmath at
-60 digits, minimizing the relative error of the approximated kernel unless noted, rounded
-to the nearest float/double; "err" is the kernel's approximation error before rounding):
+Algorithms. Coefficients are minimax polynomials from a Remez exchange run with mpmath
+at 60 digits (relative error of the approximated kernel unless noted), rounded to the
+nearest float / double; "err" is the kernel's approximation error before rounding, far
+below the result's rounding in every case.
 
-* exp, expm1: k = round(x / ln2) by adding and subtracting 1.5 * 2^p (round to nearest
-  without any float->int conversion, so NaN/huge inputs are never UB; the integer k is
-  read from the bits of the sum), r = x - k ln2 with ln2 = LN2_HI + LN2_LO (Cody-Waite;
-  LN2_HI has 15 / 32 significant bits, so k * LN2_HI and x - k * LN2_HI are exact),
-  |r| <= 0.3466. e^r - 1 - r = r^2 P(r), P of degree 5 / 10 on |r| <= 0.3473 (err
-  2^-28.5 / 2^-58.3). exp = 2^k (1 + r) + ... summed with Fast2Sum so that the only large
-  rounding is the last addition; expm1 = 2^k ((1 - 2^-k) + r + ...) with 1 - 2^-k formed
-  exactly by TwoSum, so there is no cancellation for any k. 2^k is applied as two
-  factors 2^k1 * 2^k2 (exponent bits) so results near overflow and subnormal results
-  are rounded once.
+* exp, expm1: k = round(x / ln2) by adding and subtracting 1.5 * 2^23 / 2^52 (round to
+  nearest without any float->int conversion, so NaN or huge inputs are never UB; the
+  integer k is read from the bits of the sum), and k = 0 for |x| < 1/2.
+  r = x - k ln2 with ln2 = LN2_HI + LN2_LO (Cody-Waite; LN2_HI has 15 / 32 significant
+  bits, so k LN2_HI and x - k LN2_HI are exact), |r| <= 1/2, kept as r + rc.
+  e^r - 1 - r = r^2 P(r), P of degree 6 / 11 on |r| <= 0.5005 (err 2^-30.5 / 2^-58.3).
+  exp = 2^k (1 + r + ...) with Fast2Sum(1, r) so that the only large rounding is the last
+  addition; expm1 = 2^k ((1 - 2^-k) + r + ...) with 1 - 2^-k formed exactly by TwoSum, so
+  no k cancels (k = 0 below 1/2 avoids 2 (1/2 + r) with r near -ln2/2). 2^k is applied as
+  2^k1 * 2^k2 built from exponent bits, so results near overflow and subnormal results are
+  rounded once. Beyond 89 / 710 (+inf) and below -104 / -746 (0; expm1: -18 / -40, -1)
+  the result is selected.
 * log1p: 1 + x = u + ue exactly (TwoSum); u = 2^k m with m in [sqrt(2)/2, sqrt(2)) by
-  integer arithmetic on the bits; f = m - 1 (exact), s = f / (2 + f),
-  log(1 + f) = f - hfsq + s (hfsq + R), hfsq = f^2 / 2, R = z Q(z), z = s^2 <= 0.0295,
-  Q of degree 2 / 6 (err 2^-21.8 / 2^-50.9, scaled by z/3 in the result); the
-  low part ue / u and k * LN2_LO are added before the large k * LN2_HI.
+  integer arithmetic on the bits (u >= 2^-24 / 2^-53 is normal for x > -1); f = m - 1
+  (exact), s = f / (2 + f), log(1 + f) = f - hfsq + s (hfsq + R) with hfsq = f^2 / 2,
+  R = z Q(z), z = s^2 <= 0.0295, Q of degree 2 / 6 (err 2^-21.8 / 2^-50.9, scaled by z/3
+  in the result); ue / u and k LN2_LO are added before the large k LN2_HI (fdlibm's
+  arrangement).
 * tanh: |x| < 0.625: x + x^3 T(x^2), T of degree 5 / 11 (err 2^-27.6 / 2^-56.2); else
-  1 - 2 / (expm1(2|x|) + 2), |x| clamped to 10 / 20 where tanh rounds to 1.
-* erf: |x| < 1: x E(x^2), E of degree 6 / 12 (err 2^-29.6 / 2^-62.7); 1 <= |x| < 3.92
-  / 5.93: 1 - exp(-x^2) G(|x| - c) with G ~ erfc(x) exp(x^2) of degree 8 / 21 around
-  c = 2.46 / 3.465, fitted for absolute error of erfc (weight exp(-x^2); err 2^-28.6 /
-  2^-58.7); above that erf rounds to +-1.
+  1 - 2 / (expm1(2|x|) + 2) (2 / inf = 0 gives 1 for large |x|).
+* erf: |x| < 1: x + x (E(z) - 1), z = x^2, E ~ erf(x)/x of degree 6 / 12 in z - 1/2
+  (err 2^-29.6 / 2^-62.7); 1 <= |x| < 3.92 / 5.93: 1 - exp(-x^2) G(|x| - c) with
+  G ~ erfc(x) exp(x^2) of degree 8 / 21 around c = 2.46 / 3.465, fitted for the absolute
+  error of erfc (weight exp(-x^2); err 2^-28.6 / 2^-58.7); beyond that erf rounds to +-1.
 * sin, cos: k = round(x 2/pi) (same 1.5 * 2^p trick; k & 3 is the quadrant),
-  r = x - k pi/2 with pi/2 split into 5 parts: the first four are pi/2 truncated to
-  multiples of 2^-10, 2^-21, 2^-32, 2^-43 (float) / 2^-32, 2^-53, 2^-86, 2^-119 (double),
-  each of <= 11 / 33 bits, so k * part is exact for |k| <= 2^13 / < 2^20; the first two
-  subtractions are exact (their result is a multiple of ulp(x) below 1), the next two are
-  TwoSums and the last part (nearest float/double of the rest) is added into the low word;
-  r + rr is then accurate far below the closest approach of a float / double in range to
-  a multiple of pi/2 (about 2^-28 for floats <= 12800). sin r = r + r^3 S(r^2), S of
-  degree 3 / 5; cos r = 1 - r^2/2 + r^4 C(r^2), C of degree 2 / 5 (fdlibm's exact
-  1 - r^2/2 split); on r^2 <= 1.002 (pi/4)^2 (err 2^-32.4 / 2^-52.8 and 2^-24.3 / 2^-54.8).
-* sqrt: __builtin_sqrtf / __builtin_sqrt, IEEE correctly rounded (one instruction on an
-  FPU). NOTE: unless compiled with -fno-math-errno, GCC keeps a call to libm's sqrt for
-  negative arguments (to set errno), so the object then references sqrt/sqrtf; with
-  -fno-math-errno (or when the target has no FPU for the type) that call disappears /
-  is the only libm dependency of this file.
+  r = x - k pi/2 with pi/2 in 5 parts: the first four are pi/2 truncated to multiples
+  of 2^-10, 2^-21, 2^-32, 2^-43 (float) / 2^-32, 2^-53, 2^-86, 2^-119 (double), at most
+  11 / 33 significant bits each, so k * part is exact for |k| <= 2^13 / < 2^20; the first
+  two subtractions are exact (the difference is a multiple of ulp(x) below 1), the next
+  two are TwoSums, and the fifth part (the rest, rounded) goes into the low word. r + rr is
+  thereby exact far below the closest approach of a float in range to a multiple of pi/2
+  (2^-28 at x = 252.898209, found by an exhaustive search). sin r = r + r^3 S(r^2), S of
+  degree 3 / 5; cos r = 1 - r^2/2 + r^4 C(r^2) with the rounding error of 1 - r^2/2
+  recovered exactly (fdlibm), C of degree 2 / 5; both on r^2 <= 1.002 (pi/4)^2 (err
+  2^-32.4 / 2^-52.8 and 2^-24.3 / 2^-54.8, scaled by r^2/6 and r^4/24 in the result); rr
+  enters to first order.
+* sqrt: __builtin_sqrtf / __builtin_sqrt, IEEE correctly rounded, one instruction on an
+  FPU. NOTE: unless compiled with -fno-math-errno, GCC keeps a call to libm's sqrt /
+  sqrtf for negative arguments (to set errno), so the object then needs libm (a loop
+  over m_sqrt also does not vectorize). With -fno-math-errno no call remains. On a
+  target without an FPU for T it is a libm call regardless.
 
 Builtins used: __builtin_memcpy (bit reinterpretation between T and std::uint32_t /
-std::uint64_t, the defined way to type-pun; folded to a register move) and
-__builtin_sqrtf / __builtin_sqrt. Integer bit manipulation is done on unsigned words
-only (no signed overflow, no implementation-defined shifts or conversions).
+std::uint64_t, the defined way to type-pun; compiles to a register move) and
+__builtin_sqrtf / __builtin_sqrt. All integer bit manipulation is on unsigned words (no
+signed overflow, no implementation-defined shifts or conversions).
 
-Determinism: branch-free (ternary selects only), each expression written in the order it
-must be evaluated; with -ffp-contract=off the results are bit-identical between -O0, -O2
-and -O3 -march=x86-64-v3 (vectorized). Accuracy also holds with FMA contraction
-(every step stays at least as accurate), only bit-identity across builds is lost.
-The float code uses float arithmetic only (all literals suffixed f).
+Determinism and vectorization: branch-free; every select is a bit-mask select
+(mx_select) because GCC, under the default -ftrapping-math, sinks the arithmetic of a
+floating-point ?: into a branch and then refuses to if-convert it. Every expression is
+written in the order it is to be evaluated, so with -ffp-contract=off the results are
+bit-identical between -O0, -O2 and -O3 -march=x86-64-v3. GCC -O3 vectorizes a loop over
+any of the functions (float: from SSE2 on; double: needs SSE4.1 64-bit compares, e.g.
+-march=x86-64-v2 or later). With FMA contraction the accuracy still holds (every step is
+at least as accurate), only the bit-identity across builds is lost; -ffast-math is not
+supported (it removes the NaN tests and may reassociate the compensated sums). The
+float code uses float arithmetic only (every literal is suffixed f).
 """
 from __future__ import annotations
 
@@ -116,12 +129,13 @@ _FLOAT = {
     "SIN_MAX": "12800.0f", "TWO_OVER_PI": "0.636619747f",
     "PIO2_1": "0x1.92p+0f", "PIO2_2": "0x1.fbp-12f", "PIO2_3": "0x1.51p-22f",
     "PIO2_4": "0x1.0bp-34f", "PIO2_5": "0x1.184698p-44f",
-    "exp": ["0.5", "0.16666667", "0.041666463", "0.008333361", "0.0013933777", "0.0001985787"],
+    "exp": ["0.5", "0.16666667", "0.041666664", "0.008333182", "0.001388904", "0.000199622",
+            "2.484177e-05"],
     "log": ["0.66666687", "0.39988717", "0.29582587"],
     "tanh": ["-0.33333334", "0.13333304", "-0.053959265", "0.021768948", "-0.008344029",
              "0.0022928303"],
-    "erf": ["0.12837917", "-0.37612626", "0.112835854", "-0.026853813", "0.0051883277",
-            "-0.00080101937", "7.8538615e-05"],
+    "erf": ["-0.03453126", "-0.2810722", "0.07940998", "-0.018283358", "0.0034802991",
+            "-0.00056540355", "7.853861e-05"],
     "erfc": ["0.21382168", "-0.07637499", "0.025913045", "-0.0085119065", "0.0024472799",
              "-0.0007843417", "0.0004850862", "0.00019087187", "0.00010684303"],
     "sin": ["-0.16666667", "0.008333332", "-0.00019840077", "2.7248798e-06"],
@@ -142,10 +156,10 @@ _DOUBLE = {
     "SIN_MAX": "1.6e6", "TWO_OVER_PI": "0.6366197723675814",
     "PIO2_1": "0x1.921fb544p+0", "PIO2_2": "0x1.0b46p-34", "PIO2_3": "0x1.1a626331p-54",
     "PIO2_4": "0x1.1701b838p-88", "PIO2_5": "0x1.a252049c1114dp-120",
-    "exp": ["0.5", "0.1666666666666667", "0.041666666666666616", "0.008333333333326053",
-            "0.0013888888888918427", "0.00019841269875124393", "2.480158724506182e-05",
-            "2.7557255002692357e-06", "2.75573498710618e-07", "2.5105386316775614e-08",
-            "2.0889421669436975e-09"],
+    "exp": ["0.5", "0.16666666666666666", "0.04166666666666706", "0.008333333333333037",
+            "0.0013888888888704337", "0.00019841269841871235", "2.4801587616620156e-05",
+            "2.7557318772337714e-06", "2.7557076311623435e-07", "2.505221079948431e-08",
+            "2.09630250915303e-09", "1.6078152183881675e-10"],
     "log": ["0.666666666666667", "0.3999999999989794", "0.28571428626665474",
             "0.2222221102467092", "0.18182897000708967", "0.1533146389591619",
             "0.1461959256947003"],
@@ -153,11 +167,11 @@ _DOUBLE = {
              "0.021869488519017967", "-0.008863235103437868", "0.0035921217534995715",
              "-0.001455775429451976", "0.0005896607407715234", "-0.0002375909039215715",
              "9.257164529135498e-05", "-3.1201622059840685e-05", "6.48540536841869e-06"],
-    "erf": ["0.12837916709551256", "-0.3761263890318375", "0.11283791670954857",
-            "-0.026866170645072893", "0.005223977624780857", "-0.0008548326978741641",
-            "0.00012055331036879441", "-1.4925593506416468e-05", "1.6460972809621994e-06",
-            "-1.635002514641556e-07", "1.4657879345352233e-08", "-1.1365664104775095e-09",
-            "5.945258716388494e-11"],
+    "erf": ["-0.03453126133013269", "-0.2810721780454342", "0.07940998675593483",
+            "-0.018283884489152902", "0.003480274496665399", "-0.0005611894221160596",
+            "7.829649525828253e-05", "-9.614808686253173e-06", "1.0536449242065258e-06",
+            "-1.0420369671659903e-07", "9.387731778585829e-09", "-7.798509125689793e-10",
+            "5.945258612266519e-11"],
     "erfc": ["0.156753156317053", "-0.04207979381459494", "0.010946670755662894",
              "-0.0027663865100946983", "0.0006805704096859565", "-0.00016328425365354904",
              "3.826468963242837e-05", "-8.767715322137445e-06", "1.97254628958184e-06",
@@ -174,13 +188,14 @@ _DOUBLE = {
 
 # Shared by m_exp and m_expm1. Arguments past the saturation thresholds give unused garbage.
 _EXP_REDUCE = """\
-    // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits.
-    const $T t = x * $LOG2E + $MAGIC;
+    // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits;
+    // k = 0 for |x| < 1/2: else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
+    const $T t = mx_select(mx_fabs(x) < $HALF, $MAGIC, x * $LOG2E + $MAGIC);
     const $T kf = t - $MAGIC;  // k, exact
     const $U k = mx_bits(t) - mx_bits($MAGIC);  // k as a two's-complement word
     const $T rh = x - kf * $LN2_HI;  // exact (Cody-Waite, Sterbenz)
     const $T rl = -(kf * $LN2_LO);
-    const $T r = rh + rl;  // |r| <= 0.3466
+    const $T r = rh + rl;  // |r| <= ln2 / 2, or < 1/2 when k = 0
     const $T rc = (rh - r) + rl;  // r + rc = rh + rl (Fast2Sum)
     // p = e^(r+rc) - 1 - (r+rc) to first order in rc (d/dr of e^r - 1 - r is ~r)
     const $T p = (r * r) * ($P_EXP) + r * rc;
@@ -253,7 +268,7 @@ $EXP_REDUCE\
     const $T a = $ONE - d;  // TwoSum: a + ae = 1 - 2^-k exactly
     const $T ab = a - $ONE;
     const $T ae = ($ONE - (a - ab)) + (-d - ab);
-    const $T s = a + rh;  // Fast2Sum (|a| >= 1/2 > |rh|, or a = 0)
+    const $T s = a + rh;  // Fast2Sum (|a| >= 1/2 > |rh| when k != 0, a = 0 when k = 0)
     const $T e = rh - (s - a);
     const $T y = s + (e + (ae + (rl + p)));  // e^r - 2^-k
     const $T res = (y * mx_pow2(k1)) * mx_pow2(k2);
@@ -297,6 +312,7 @@ inline $T m_tanh($T x) noexcept {
 inline $T m_erf($T x) noexcept {
     const $T ax = mx_fabs(x);
     const $T z = x * x;
+    const $T v = z - $HALF;  // E(z) - 1 in powers of z - 1/2: less cancellation near z = 1
     const $T small = x + x * ($P_ERF);  // x E(z) = x + x (E(z) - 1)
     const $T w = ax - $ERFC_C;
     const $T erfc = m_exp(-(ax * ax)) * ($P_ERFC);  // garbage (unused) past ERF_SAT
@@ -338,7 +354,7 @@ def math_source(scalar: str) -> str:
     values = {k: v for k, v in spec.items() if isinstance(v, str)}
     values.update(ZERO="0.0" + suf, ONE="1.0" + suf, TWO="2.0" + suf, HALF="0.5" + suf,
                   P_EXP=_horner("r", spec["exp"], suf), P_LOG=_horner("z", spec["log"], suf),
-                  P_TANH=_horner("z", spec["tanh"], suf), P_ERF=_horner("z", spec["erf"], suf),
+                  P_TANH=_horner("z", spec["tanh"], suf), P_ERF=_horner("v", spec["erf"], suf),
                   P_ERFC=_horner("w", spec["erfc"], suf), P_SIN=_horner("z", spec["sin"], suf),
                   P_COS=_horner("z", spec["cos"], suf))
     values["EXP_REDUCE"] = Template(_EXP_REDUCE).substitute(values)

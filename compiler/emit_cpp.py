@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
 from . import __version__
-from .cost import CostReport, channels_for, cost_report
+from .cost import LAYOUTS, CostReport, channels_for, cost_report, workspace_span
 from .cpp_activations import activation_body, literal
 from .cppmath import math_source
 from .errors import UnsupportedOpError
@@ -53,6 +54,7 @@ class EmitOptions:
     inputs: int              # m, number of control inputs (columns of G)
     order: int = 1
     scalar: str = "float"    # or "double"
+    layout: str = "sweep"    # "sweep": all directions in one pass; "min_memory": one direction at a time
 
     def check(self) -> None:
         if self.order not in (1, 2):
@@ -61,6 +63,8 @@ class EmitOptions:
             raise ValueError(f"dtype must be 'float' or 'double', got {self.scalar!r}")
         if self.inputs < 1:
             raise ValueError(f"the number of inputs m must be >= 1, got {self.inputs}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
 
 
 def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
@@ -172,6 +176,26 @@ inline void activate2(scalar* __restrict buf) noexcept {
 }
 """
 
+_TEMPLATES_PAIR = r"""
+// activate_pair: one hyper-dual number per neuron (min_memory layout), in place. Channels:
+// 0 real a, 1 eps1 tangent t_f, 2 eps2 tangent w, 3 eps12 part u:
+// u <- sigma''(a) t_f w + sigma'(a) u, then t_f, w <- sigma'(a) t_f, sigma'(a) w (same
+// operations, in the same order, as activate2: both layouts give the same bits).
+template <int N, typename Act>
+inline void activate_pair(scalar* __restrict buf) noexcept {
+    for (int j = 0; j < N; ++j) {
+        scalar d1;
+        scalar d2;
+        const scalar y = Act::eval2(buf[j], d1, d2);
+        const scalar d2tf = d2 * buf[N + j];
+        buf[3 * N + j] = d2tf * buf[2 * N + j] + d1 * buf[3 * N + j];
+        buf[N + j] *= d1;
+        buf[2 * N + j] *= d1;
+        buf[j] = y;
+    }
+}
+"""
+
 
 # Register blocking of hidden layers: 32 outputs x C channels of accumulators stay in
 # registers across the k loop. Measured with callgrind on g++ 12 -O3 -march=native (AVX2):
@@ -194,11 +218,11 @@ class Plan:
     workspace_scalars: int
 
 
-def _plan_sweep(widths: list[int], channels: int, act_structs: list[str], order_fn: str, m: int,
-                seed_expr: str) -> Plan:
+def _plan_sweep(widths: list[int], channels: int, activation: Callable[[int, int, str], str], seed_expr: str,
+                target: str) -> Plan:
     """Alternate layer outputs between the front and the back of one buffer of size
-    channels * max(n_1, n_{i-1} + n_i): a layer's input and output never overlap."""
-    from .cost import workspace_span
+    channels * max(n_1, n_{i-1} + n_i): a layer's input and output never overlap.
+    ``activation(layer, width, pointer)`` gives the activation call of hidden layer ``layer``."""
     span = channels * workspace_span(widths)
     d = len(widths) - 1
     steps: list[str] = []
@@ -207,21 +231,62 @@ def _plan_sweep(widths: list[int], channels: int, act_structs: list[str], order_
         n_in, n_out = widths[i - 1], widths[i]
         last = i == d
         out_offset = None if last else (0 if in_offset is None or in_offset != 0 else span - channels * n_out)
-        target = "out" if last else f"w + {out_offset}"
+        dest = target if last else f"w + {out_offset}"
         src = seed_expr if i == 1 else f"detail::Channels<{n_in}>{{w + {in_offset}}}"
-        stream = f"detail::dense_stream<{n_in}, {n_out}, {channels}>({src}, detail::kW{i}, detail::kB{i}, {target});"
+        stream = f"detail::dense_stream<{n_in}, {n_out}, {channels}>({src}, detail::kW{i}, detail::kB{i}, {dest});"
         if i == 1 or last or not use_blocked(n_out, channels):
             steps.append(stream)
         else:
-            block = f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({src}, detail::kW{i}, detail::kB{i}, {target});"
+            block = f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({src}, detail::kW{i}, detail::kB{i}, {dest});"
             steps += ["if constexpr (detail::kRegisterBlocking) {", "    " + block, "} else {", "    " + stream, "}"]
         if not last:
-            if order_fn == "activate":
-                steps.append(f"detail::activate<{n_out}, {channels}, detail::{act_structs[i - 1]}>(w + {out_offset});")
-            else:
-                steps.append(f"detail::activate2<{n_out}, {m}, detail::{act_structs[i - 1]}>(w + {out_offset});")
+            steps.append(activation(i, n_out, f"w + {out_offset}"))
             in_offset = out_offset
     return Plan(steps, span)
+
+
+def _entry_steps(widths: list[int], m: int, order: int, layout: str) -> tuple[list[str], int]:
+    """The body of lie() (order 1) or lie2() (order 2) after the input check, and its workspace."""
+    channels = channels_for(m, order, layout)
+    if order == 1:
+        act = lambda i, n, ptr: f"detail::activate<{n}, {channels}, detail::Act{i}>({ptr});"  # noqa: E731
+    elif layout == "sweep":
+        act = lambda i, n, ptr: f"detail::activate2<{n}, {m}, detail::Act{i}>({ptr});"  # noqa: E731
+    else:
+        act = lambda i, n, ptr: f"detail::activate_pair<{n}, detail::Act{i}>({ptr});"  # noqa: E731
+    if layout == "sweep":
+        seed = ("const auto seed = [x, f, G](int c, int k) noexcept -> scalar {",
+                "    return c == 0 ? x[k] : (c == 1 ? f[k] : G[k * kInputDim + (c - 2)]);",
+                "};") if order == 1 else (
+                "const auto seed = [x, f, G, Dff, DfG](int c, int k) noexcept -> scalar {",
+                "    return c == 0 ? x[k] : c == 1 ? f[k] : c < kInputDim + 2 ? G[k * kInputDim + (c - 2)]",
+                "         : c == kInputDim + 2 ? Dff[k] : DfG[k * kInputDim + (c - kInputDim - 3)];",
+                "};")
+        plan = _plan_sweep(widths, channels, act, "seed", "out")
+        return ["scalar* const w = ws.data;", "(void)w;", *seed, *plan.steps], plan.workspace_scalars
+    plan = _plan_sweep(widths, channels, act, "seed", "res")
+    if order == 1:
+        # direction d = 0 is f, d = j + 1 is column j of G; the real path is recomputed each time
+        head = ["for (int d = 0; d <= kInputDim; ++d) {",
+                "    const auto seed = [x, f, G, d](int c, int k) noexcept -> scalar {",
+                "        return c == 0 ? x[k] : (d == 0 ? f[k] : G[k * kInputDim + (d - 1)]);",
+                "    };",
+                "    scalar res[2];"]
+        tail = ["    if (d == 0) out[0] = res[0];", "    out[1 + d] = res[1];", "}"]
+    else:
+        # seed p = 0 is (f, f'(x) f), p = j + 1 is (G_j, f'(x) G_j); eps1 always carries f
+        head = ["for (int p = 0; p <= kInputDim; ++p) {",
+                "    const auto seed = [x, f, G, Dff, DfG, p](int c, int k) noexcept -> scalar {",
+                "        return c == 0 ? x[k] : c == 1 ? f[k]",
+                "             : c == 2 ? (p == 0 ? f[k] : G[k * kInputDim + (p - 1)])",
+                "             : (p == 0 ? Dff[k] : DfG[k * kInputDim + (p - 1)]);",
+                "    };",
+                "    scalar res[4];"]
+        tail = ["    if (p == 0) {", "        out[0] = res[0];", "        out[1] = res[1];",
+                "        out[kInputDim + 2] = res[3];", "    } else {", "        out[1 + p] = res[2];",
+                "        out[kInputDim + 2 + p] = res[3];", "    }", "}"]
+    body = head + ["    " + line for line in plan.steps] + tail
+    return ["scalar* const w = ws.data;", "(void)w;", *body], plan.workspace_scalars
 
 
 def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
@@ -233,7 +298,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     name = check_identifier(model.name)
     scalar, m, n = options.scalar, options.inputs, model.input_dim
     scalar_bytes = 4 if scalar == "float" else 8
-    report = cost_report(model, m, options.order, scalar_bytes)
+    report = cost_report(model, m, options.order, scalar_bytes, options.layout)
     widths = model.widths()
     dense = model.dense_layers()
     acts = model.hidden_activations()
@@ -260,12 +325,9 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
         weights.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
         weights.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
 
-    c1 = channels_for(m, 1)
-    plan1 = _plan_sweep(widths, c1, act_structs, "activate", m, "seed")
-    plans = [plan1]
-    if options.order == 2:
-        plans.append(_plan_sweep(widths, channels_for(m, 2), act_structs, "activate2", m, "seed"))
-    workspace = max(p.workspace_scalars for p in plans)
+    steps1, ws1 = _entry_steps(widths, m, 1, options.layout)
+    steps2, ws2 = _entry_steps(widths, m, 2, options.layout) if options.order == 2 else ([], 0)
+    workspace = max(ws1, ws2)
     if workspace != report.workspace_scalars:   # the plan and the reported formula must agree
         raise AssertionError(f"workspace plan {workspace} != reported {report.workspace_scalars}")
     nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
@@ -274,7 +336,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
 
     out: list[str] = []
     out.append(f"// {name}.hpp: generated by cbfsim compiler {__version__} (model sha256 {digest}, "
-               f"order {options.order}, {scalar}). Do not edit.")
+               f"order {options.order}, {scalar}, {options.layout} layout). Do not edit.")
     out.append("//")
     out.append("// Returns a neural barrier h(x) with its exact Lie derivatives by forward-mode dual numbers:")
     out.append("// the state enters as x + f(x) eps + G(x) eps' (one tangent channel per vector field), every")
@@ -315,7 +377,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     out.append(math_source(scalar).strip("\n"))
     out.append(_TEMPLATES.rstrip())
     if options.order == 2:
-        out.append(_TEMPLATES_2.rstrip())
+        out.append((_TEMPLATES_2 if options.layout == "sweep" else _TEMPLATES_PAIR).rstrip())
     out.append("")
     out.extend(act_code)
     out.append("")
@@ -324,8 +386,6 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     out.append("}  // namespace detail")
     out.append("")
 
-    seed1 = ("    const auto seed = [x, f, G](int c, int k) noexcept -> scalar {\n"
-             "        return c == 0 ? x[k] : (c == 1 ? f[k] : G[k * kInputDim + (c - 2)]);\n    };")
     out.append("// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).")
     out.append("// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.")
     out.append("inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {")
@@ -334,10 +394,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     out.append(f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};")
     out.append("        return 1;")
     out.append("    }")
-    out.append("    scalar* const w = ws.data;")
-    out.append("    (void)w;")
-    out.append(seed1)
-    out.extend("    " + s for s in plan1.steps)
+    out.extend("    " + line for line in steps1)
     out.append("    return 0;")
     out.append("}")
     out.append("")
@@ -345,9 +402,6 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     out.append("    return lie(x, f, G, out, g_workspace);")
     out.append("}")
     if options.order == 2:
-        seed2 = ("    const auto seed = [x, f, G, Dff, DfG](int c, int k) noexcept -> scalar {\n"
-                 "        return c == 0 ? x[k] : c == 1 ? f[k] : c < kInputDim + 2 ? G[k * kInputDim + (c - 2)]\n"
-                 "             : c == kInputDim + 2 ? Dff[k] : DfG[k * kInputDim + (c - kInputDim - 3)];\n    };")
         out.append("")
         out.append("// Everything for a relative-degree-2 barrier in one hyper-dual sweep, given also")
         out.append("// Dff = f'(x) f(x) (n) and DfG = f'(x) G(x) (n x m, row-major).")
@@ -360,10 +414,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
         out.append(f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};")
         out.append("        return 1;")
         out.append("    }")
-        out.append("    scalar* const w = ws.data;")
-        out.append("    (void)w;")
-        out.append(seed2)
-        out.extend("    " + s for s in plans[1].steps)
+        out.extend("    " + line for line in steps2)
         out.append("    return 0;")
         out.append("}")
         out.append("")

@@ -33,10 +33,11 @@ def _all_activations_net(order: int):
     return torch.nn.Sequential(*layers)
 
 
+@pytest.mark.parametrize("layout", ["sweep", "min_memory"])
 @pytest.mark.parametrize("order", [1, 2])
 @pytest.mark.parametrize("dtype", ["float", "double"])
-def test_header_and_shim_compile_warning_free(cxx, tmp_path, order, dtype):
-    src = compile_model(_all_activations_net(order), inputs=2, order=order, dtype=dtype, name="strict")
+def test_header_and_shim_compile_warning_free(cxx, tmp_path, order, dtype, layout):
+    src = compile_model(_all_activations_net(order), inputs=2, order=order, dtype=dtype, name="strict", layout=layout)
     src.write(tmp_path)
     for flags in (STRICT + ["-O0"], STRICT + ["-O3"]):
         for unit in ("strict.hpp", "strict_abi.cpp"):
@@ -109,11 +110,12 @@ int main() {
 """
 
 
+@pytest.mark.parametrize("layout", ["sweep", "min_memory"])
 @pytest.mark.parametrize("widths,m,order,act", [
     ([4, 32, 32, 1], 2, 1, "relu"), ([2, 64, 64, 1], 1, 1, "relu"), ([2, 32, 32, 1], 1, 2, "softplus"),
     ([3, 7, 40, 5, 1], 3, 2, "tanh"), ([5, 9, 1], 4, 1, "elu")])
-def test_declared_workspace_is_exactly_the_workspace_used(cxx, tmp_path, widths, m, order, act):
-    src = compile_model(mlp(widths, act, seed=4), inputs=m, order=order, name="probe")
+def test_declared_workspace_is_exactly_the_workspace_used(cxx, tmp_path, widths, m, order, act, layout):
+    src = compile_model(mlp(widths, act, seed=4), inputs=m, order=order, name="probe", layout=layout)
     src.write(tmp_path)
     out = build_and_run(cxx, WORKSPACE_PROBE, tmp_path, ["-std=c++17", "-O2", f"-DORDER={order}", f"-I{tmp_path}"])
     status, guard_hits, first, end, size, declared = map(int, out.split())
@@ -211,3 +213,27 @@ def test_library_is_thread_safe():
     for got, want in zip(results, expected):
         for a, b in zip(got, want):
             assert np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("widths,act,m,order", [([4, 32, 32, 1], "relu", 2, 1), ([3, 20, 7, 1], "gelu", 3, 2),
+                                                ([2, 32, 32, 1], "softplus", 1, 2)])
+def test_min_memory_layout_gives_the_same_bits_in_less_memory(widths, act, m, order):
+    """One direction at a time over a recomputed real path performs the same operations per
+    direction in the same order as the one sweep: identical bits, smaller workspace."""
+    from cbfsim.runtime import compile_barrier
+    net = mlp(widths, act, seed=11)
+    sweep = compile_barrier(net, inputs=m, order=order)
+    small = compile_barrier(net, inputs=m, order=order, layout="min_memory")
+    rng = np.random.default_rng(12)
+    n = widths[0]
+    args = [rng.normal(size=shape) for shape in ((300, n), (300, n), (300, n, m), (300, n), (300, n, m))]
+    pairs = [(sweep.lie(*args[:3]), small.lie(*args[:3]))]
+    if order == 2:
+        pairs.append((sweep.lie2(*args), small.lie2(*args)))
+    for a, b in pairs:
+        assert all(np.array_equal(u, v) for u, v in zip(a, b))
+    assert small.workspace_bytes < sweep.workspace_bytes
+    report = compile_model(net, inputs=m, order=order, layout="min_memory").report
+    assert report.workspace_bytes == small.workspace_bytes
+    if order == 1:
+        assert report.one_sweep_total == report.paper_dual_total       # (m+1) C_df, the paper's count

@@ -6,10 +6,11 @@ from .build import CXXFLAGS, build_library
 
 
 def compile_barrier(model, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
-                    extra_flags: tuple[str, ...] = ()) -> CompiledLie:
-    """Compile a torch nn.Sequential, ONNX file or IR model and load it (cached by content)."""
+                    extra_flags: tuple[str, ...] = (), layout: str = "sweep") -> CompiledLie:
+    """Compile a torch nn.Sequential, ONNX file or IR model and load it (cached by content).
+    ``layout``: "sweep" (all directions in one pass, fastest) or "min_memory" (one at a time)."""
     from compiler.api import compile_model
-    source = compile_model(model, inputs=inputs, order=order, dtype=dtype, name=name)
+    source = compile_model(model, inputs=inputs, order=order, dtype=dtype, name=name, layout=layout)
     library = build_library(source.name, source.header, source.abi, extra_flags)
     return CompiledLie(library, dtype, header_path=library.parent / f"{source.name}.hpp", report=source.report)
 
