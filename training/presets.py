@@ -1,0 +1,60 @@
+"""The three shipped barriers of the paper's examples, as training configs, and ``ship``.
+
+* ``vdp``: Van der Pol, ReLU 2-64-64-1, order 1, the system's disk constraint.
+* ``bicycle``: kinematic bicycle lane keeping, ReLU 4-32-32-1, order 1.  The lane constraint
+  has relative degree 2 (steering reaches p_y only through psi), so a first-order barrier
+  must depend on psi (and may on v).  It does not see p_x (input_mask = p_y, psi, v; the
+  exported first layer has an exactly-zero p_x column): the dynamics are invariant to p_x,
+  and a barrier that depended on it would be meaningless once the car drives out of the
+  training box along the road.  Domain: v in [2, 15] m/s, psi in [-pi/3, pi/3].  The
+  backup rollout holds the acceleration at 0 so positives are states that can be kept in the
+  lane by steering alone (not by stopping, which would leave the v range).
+* ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
+  a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
+"""
+from __future__ import annotations
+
+import math
+import shutil
+from pathlib import Path
+
+from .config import TrainConfig
+
+PRESETS: dict[str, TrainConfig] = {
+    "vdp": TrainConfig(
+        system="van_der_pol", hidden=[64, 64], activation="relu", order=1, gamma=1.0,
+        backup_horizon=2.0, backup_dt=0.02, rounds=12, seed=0),
+    "bicycle": TrainConfig(
+        system="bicycle", hidden=[32, 32], activation="relu", order=1, gamma=1.0, input_mask=[1, 2, 3],
+        domain_lo=[-10.0, -3.5, -math.pi / 3, 2.0], domain_hi=[10.0, 3.5, math.pi / 3, 15.0],
+        backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], rounds=30, seed=0),
+    "pendulum": TrainConfig(
+        system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=10.0,
+        input_mask=[0], backup_horizon=2.0, backup_dt=0.01, rounds=30, seed=0),
+}
+
+
+def preset(name: str, **overrides) -> TrainConfig:
+    """A copy of a preset config, with fields overridden."""
+    if name not in PRESETS:
+        raise KeyError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+    return PRESETS[name].replace(**overrides)
+
+
+def ship(out_dir: str | Path, models_dir: str | Path, name: str) -> tuple[Path, Path]:
+    """Copy a trained run's model.onnx / model.json to models_dir/<name>.onnx / <name>.json
+    (the card's network.onnx entry renamed to match)."""
+    import json
+    out_dir, models_dir = Path(out_dir), Path(models_dir)
+    models_dir.mkdir(parents=True, exist_ok=True)
+    card = json.loads((out_dir / "model.json").read_text())
+    card["network"]["onnx"] = f"{name}.onnx"
+    card["network"].pop("state_dict", None)
+    onnx_path, card_path = models_dir / f"{name}.onnx", models_dir / f"{name}.json"
+    tmp = models_dir / f".{name}.onnx.tmp"
+    shutil.copyfile(out_dir / "model.onnx", tmp)
+    tmp.replace(onnx_path)
+    tmp = models_dir / f".{name}.json.tmp"
+    tmp.write_text(json.dumps(card, indent=2, sort_keys=True) + "\n")
+    tmp.replace(card_path)
+    return onnx_path, card_path

@@ -1,0 +1,212 @@
+"""Counterexample-guided training of a neural CBF for any plant in ``systems``.
+
+Loop: (1) label a pool of states (uniform + near the constraint boundary): positives are
+in the inner set AND backup-rollout safe, negatives violate the constraint; (2) warm-start
+h on the scaled constraint; (3) rounds of hinge-loss training followed by a fresh dense
+float64 check whose failures (and their neighbours) join the training set; stop when a
+check finds none (after the expansion rounds), or at the round / time limit -- then the
+remaining failures are reported as they are; (4) export, verify the *compiled* barrier
+with ``training.verify`` and write the outputs atomically.
+"""
+from __future__ import annotations
+
+import copy
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from .artifacts import CARD_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
+from .check import CheckResult, check
+from .config import TrainConfig
+from .lie import lie_terms
+from .losses import barrier_loss
+from .network import MaskedBarrier
+from .pool import Pool, merge_batches
+from .samplers import ConstraintTools, backup_safe, near_boundary, neighbours, uniform
+
+CE_CAP = 100_000     # counterexample states kept (newest first)
+
+
+@dataclass
+class TrainResult:
+    barrier: MaskedBarrier                   # trained module (float32)
+    card: dict[str, Any]                     # model card as written (verification included)
+    out_dir: Path | None
+    passed: bool                             # trainer check clean AND verifier clean (if run)
+    train_time: float                        # seconds, data + rounds (excludes export/verify)
+    rounds: int
+    history: list[dict[str, float]] = field(default_factory=list)
+    final_check: dict[str, float] = field(default_factory=dict)
+    verification: dict[str, Any] | None = None
+
+
+def _progress_enabled(progress: bool | None) -> bool:
+    return sys.stderr.isatty() if progress is None else bool(progress)
+
+
+def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.random.Generator) -> tuple[Pool, float]:
+    lo, hi = res.lo, res.hi
+    x = np.concatenate([uniform(rng, lo, hi, cfg.n_uniform), near_boundary(rng, tools, lo, hi, cfg.n_boundary)])
+    c = tools.constraint(x)
+    cmax = float(max(c.max(), tools.constraint(uniform(rng, lo, hi, 100_000)).max()))
+    if cmax <= 0:
+        raise ValueError(f"{system.name}: the constraint is negative on all sampled states of the domain "
+                         f"[{list(lo)}, {list(hi)}]; nothing to certify")
+    inner = c >= cfg.safe_fraction * cmax
+    safe = np.zeros(len(x), dtype=bool)
+    safe[inner] = backup_safe(tools, x[inner], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
+                              cfg.backup_hold, level=cfg.safe_fraction * cmax)
+    pool = Pool.build(system, x, cfg.order, pos=safe, neg=c < 0, expand=inner & ~safe)
+    return pool, cmax
+
+
+def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cmax: float, cfg: TrainConfig,
+                gen: torch.Generator) -> None:
+    """Regress h on clip(constraint / max, -1, 1): a sensible shape and scale to start from."""
+    if cfg.warm_start_steps == 0:
+        return
+    target = torch.as_tensor(np.clip(tools.constraint(pool.x.double().numpy()) / cmax, -1, 1), dtype=torch.float32)
+    opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
+    for _ in range(cfg.warm_start_steps):
+        idx = torch.randint(len(pool), (cfg.batch_size,), generator=gen)
+        loss = torch.mean((barrier(pool.x[idx]).squeeze(-1) - target[idx]) ** 2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+
+
+def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarray, rng) -> Pool | None:
+    if len(x) == 0:
+        return None
+    x = neighbours(rng, x, cfg.ce_neighbours, res.lo, res.hi)
+    c = tools.constraint(x)
+    none = np.zeros(len(x), dtype=bool)
+    return Pool.build(system, x, cfg.order, pos=none, neg=c < 0, expand=none)
+
+
+def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool, ce: Pool | None,
+                 cfg: TrainConfig, res, expand: bool, gen: torch.Generator, w_safe: float) -> dict[str, float]:
+    n_ce = int(cfg.ce_fraction * cfg.batch_size) if ce is not None and len(ce) else 0
+    totals: dict[str, float] = {}
+    for _ in range(cfg.steps_per_round):
+        batch = pool.batch(torch.randint(len(pool), (cfg.batch_size - n_ce,), generator=gen))
+        if n_ce:
+            batch = merge_batches(batch, ce.batch(torch.randint(len(ce), (n_ce,), generator=gen)))
+        t = lie_terms(barrier, batch.x, batch.f, batch.G, cfg.order, batch.Dff, batch.DfG, create_graph=True)
+        loss, parts = barrier_loss(t, batch, cfg, res.u_min, res.u_max, expand, w_safe)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        for k, v in parts.items():
+            totals[k] = totals.get(k, 0.0) + v / cfg.steps_per_round
+    return totals
+
+
+def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None
+                ) -> tuple[MaskedBarrier, CheckResult, list, int]:
+    from tqdm import tqdm
+
+    opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
+    ce: Pool | None = None
+    history: list[dict[str, float]] = []
+    best: tuple[int, MaskedBarrier, CheckResult] | None = None
+    bar = tqdm(range(cfg.rounds), desc=f"train {cfg.system}", disable=not _progress_enabled(progress),
+               leave=False)
+    last: CheckResult | None = None
+    rounds_done = 0
+    clean = 0
+    for r in bar:
+        for group in opt.param_groups:
+            group["lr"] = cfg.lr * max(cfg.lr_decay ** r, cfg.lr_floor)
+        expand = r < cfg.expand_rounds
+        # repair rounds: positives lose weight geometrically, so conditions the labels make
+        # unattainable (for this network, margin and gains) win and the set shrinks there
+        w_safe = cfg.w_safe * max(cfg.safe_decay ** max(r - cfg.expand_rounds + 1, 0), cfg.safe_floor)
+        parts = _train_round(barrier, opt, pool, ce, cfg, res, expand, gen, w_safe)
+        b64 = copy.deepcopy(barrier).double()
+        last = check(b64, system, tools, cfg, res.lo, res.hi, res.u_min, res.u_max,
+                     np.random.default_rng([cfg.seed, 7, r]))
+        rounds_done = r + 1
+        history.append({"round": r, "time_s": round(time.perf_counter() - t0, 3), "expand": expand, "w_safe": w_safe,
+                        **{f"loss_{k}": v for k, v in parts.items()}, **last.summary()})
+        bar.set_postfix(cond=last.condition_failures, cont=last.containment_failures,
+                        cov=f"{last.coverage:.3f}")
+        score = last.failures + last.robust_failures
+        if not expand and (best is None or score <= best[0]):
+            best = (score, copy.deepcopy(barrier), last)
+        clean = clean + 1 if (score == 0 and not expand) else 0
+        if clean >= cfg.clean_checks and rounds_done >= cfg.min_rounds:
+            break
+        if time.perf_counter() - t0 > cfg.max_time:
+            break
+        extra = _ce_pool(system, tools, cfg, res, last.counterexamples, np.random.default_rng([cfg.seed, 11, r]))
+        if extra is not None:
+            ce = extra if ce is None else ce.extend(extra, CE_CAP)
+    bar.close()
+    if best is None:      # stopped during the expansion rounds: use what we have
+        best = (last.failures + last.robust_failures, copy.deepcopy(barrier), last)
+    return best[1], best[2], history, rounds_done
+
+
+def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, progress: bool | None = None,
+                  overwrite: bool = False, verify: bool = True) -> TrainResult:
+    """Train, check, export and (optionally) verify a barrier for ``config``.
+
+    With ``out_dir`` the directory receives model.onnx, state_dict.pt and model.json
+    atomically (``overwrite`` replaces an existing one).  ``verify`` runs the compiled-model
+    verifier (needs a C++ compiler); its numbers go into the card.  ``progress``: tqdm bar,
+    default on when stderr is a terminal.
+    """
+    if isinstance(config, dict):
+        config = TrainConfig.from_dict(config)
+    system = config.build_system()
+    res = config.resolve(system)
+    if out_dir is not None and Path(out_dir).exists() and not overwrite:
+        raise FileExistsError(f"output directory {out_dir} exists; pass overwrite=True (CLI: --force) to replace it")
+    torch.set_num_threads(config.threads)
+    torch.manual_seed(config.seed)
+    gen = torch.Generator().manual_seed(config.seed)
+    rng = np.random.default_rng(config.seed)
+    t0 = time.perf_counter()
+    tools = ConstraintTools(system)
+    pool, cmax = _label_pool(system, tools, config, res, rng)
+    barrier = MaskedBarrier(system.n, res.mask, config.hidden, config.activation, seed=config.seed,
+                            center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2)
+    _warm_start(barrier, pool, tools, cmax, config, gen)
+    barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress)
+    train_time = time.perf_counter() - t0
+    training = {"time_s": round(train_time, 3), "rounds": rounds, "final_check": final.summary(),
+                "history": history, "n_positive": int(pool.pos.sum()), "n_negative": int(pool.neg.sum()),
+                "constraint_max": cmax, "torch": torch.__version__,
+                "note": "final_check: the trainer's float64 autograd check of the returned network"}
+    card = build_card(config, system, res, training)
+    verification = None
+    if out_dir is not None:
+        with atomic_directory(out_dir, overwrite=overwrite) as tmp:
+            verification = _export_and_verify(tmp, barrier, card, config, verify)
+        out = Path(out_dir)
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            verification = _export_and_verify(Path(tmp), barrier, card, config, verify)
+        out = None
+    passed = final.failures == 0 and (verification is None or bool(verification["passed"]))
+    return TrainResult(barrier, card.to_dict(), out, passed, train_time, rounds, history, final.summary(),
+                       verification)
+
+
+def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: TrainConfig, verify: bool):
+    write_model_files(directory, barrier)
+    verification = None
+    if verify:
+        from .verify import verify as run_verify
+        report = run_verify(directory / ONNX_NAME, card.to_dict(), samples=cfg.verify_samples)
+        verification = report.to_dict()
+        card.verification = verification
+    card.to_json(directory / CARD_NAME)
+    return verification
