@@ -9,6 +9,7 @@ controller, barrier, filter and integrator is accumulated separately in
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Callable
 
@@ -43,6 +44,9 @@ def _steps(total: float, step: float, what: str, per: str) -> int:
 
 def rk4_zoh(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray:
     """Integrate x' = f(x) + G(x) u over substeps * dt with u held constant (classic RK4)."""
+    one = _rk4_single(system, x, u, dt, substeps)
+    if one is not None:
+        return one
     for _ in range(substeps):
         k1 = system.xdot(x, u)
         k2 = system.xdot(x + 0.5 * dt * k1, u)
@@ -50,6 +54,63 @@ def rk4_zoh(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int)
         k4 = system.xdot(x + dt * k3, u)
         x = x + (dt / 6.0) * (k1 + 2.0 * k2 + 2.0 * k3 + k4)
     return x
+
+
+_F64 = np.dtype(np.float64)
+_RK4_FLOAT: dict[int, Callable[..., list[float]]] = {}
+
+
+def _rk4_float(n: int) -> Callable[..., list[float]]:
+    """rk4_zoh's arithmetic for n states on Python floats, unrolled (generated once per n):
+    the same operations in the same order as the array code, x + (0.5 dt) k1 ... x + (dt/6)
+    (((k1 + 2 k2) + 2 k3) + k4), so the same bits, with no list or numpy call per stage."""
+    if n not in _RK4_FLOAT:
+        x = [f"x{i}" for i in range(n)]
+        k = [[f"k{s}_{i}" for i in range(n)] for s in range(1, 5)]
+
+        def tup(names: list[str]) -> str:
+            return ", ".join(names) + ","
+
+        def stage(step: str, prev: list[str]) -> str:
+            return ", ".join(f"{xi} + {step} * {ki}" for xi, ki in zip(x, prev))
+        final = ", ".join(f"{xi} + sixth * ({a} + 2.0 * {b} + 2.0 * {c} + {d})"
+                          for xi, a, b, c, d in zip(x, *k))
+        src = "\n".join([
+            "def rk4(xdot, x, u0, dt, substeps):",
+            f"    {tup(x)} = x",
+            "    half, sixth = 0.5 * dt, dt / 6.0",
+            "    for _ in range(substeps):",
+            f"        {tup(k[0])} = xdot({', '.join(x)}, u0)",
+            f"        {tup(k[1])} = xdot({stage('half', k[0])}, u0)",
+            f"        {tup(k[2])} = xdot({stage('half', k[1])}, u0)",
+            f"        {tup(k[3])} = xdot({stage('dt', k[2])}, u0)",
+            f"        {tup(x)} = {final},",
+            f"    return [{', '.join(x)}]",
+        ])
+        namespace: dict[str, Any] = {}
+        exec(src, namespace)
+        _RK4_FLOAT[n] = namespace["rk4"]
+    return _RK4_FLOAT[n]
+
+
+def _rk4_single(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray | None:
+    """rk4_zoh for a batch of one on Python floats when the system offers an exact float
+    f(x) + G(x) u (``_xdot_float``, systems/base.py, single input): bit-identical to the
+    array code below without its ~30 numpy calls per step. None (use the array code) for
+    anything else, on a float exception, or when the result is not finite (numpy then
+    recomputes it, with its warnings)."""
+    get = getattr(system, "_xdot_float", None)
+    xdot = get() if get is not None else None
+    if xdot is None or type(x) is not np.ndarray or type(u) is not np.ndarray or x.shape != (1, system.n) \
+            or x.dtype != _F64 or u.dtype != _F64 or u.shape != (1, 1):
+        return None
+    try:
+        xs = _rk4_float(x.shape[1])(xdot, x[0].tolist(), u.item(), dt, substeps)
+    except (ArithmeticError, ValueError):
+        return None
+    if not all(map(math.isfinite, xs)):
+        return None
+    return np.array([xs])
 
 
 def _describe_filter(filt: Any) -> dict:
@@ -105,6 +166,7 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     LgLf = np.full((B, T, m), np.nan) if order == 2 else None
     clock = dict(controller_s=0.0, barrier_s=0.0, filter_s=0.0, integration_s=0.0)
     lo, hi = system.u_min, system.u_max
+    zeros, all_ok = np.zeros(B), np.full(B, FilterStatus.OK, dtype=np.int8)
     xs[:, 0] = X
 
     for k in range(T):
@@ -117,9 +179,8 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         t2 = time.perf_counter()
         if filter is not None:
             res = filter.filter(X, u_nom, terms)
-        else:
-            res = FilterResult(u=np.clip(u_nom, lo, hi), slack=np.zeros(B),
-                               status=np.full(B, FilterStatus.OK, dtype=np.int8), solve_time=np.zeros(B))
+        else:   # (the constant fields are only read: recording copies them)
+            res = FilterResult(u=np.clip(u_nom, lo, hi), slack=zeros, status=all_ok, solve_time=zeros)
         t3 = time.perf_counter()
         X = rk4_zoh(system, X, res.u, dt_int, substeps)
         t4 = time.perf_counter()
@@ -134,10 +195,11 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
             h[:, k], Lf[:, k], Lg[:, k] = terms.h, terms.Lf, terms.Lg
             if order == 2:
                 Lf2[:, k], LgLf[:, k] = terms.Lf2, terms.LgLf
-        finite = np.isfinite(X).all(axis=1)
-        if not finite.all():
-            bad = int(np.flatnonzero(~finite)[0])
-            raise NonFiniteStateError(k + 1, t[k + 1], X[bad], bad)
+        if not (B == 1 and all(map(math.isfinite, X[0].tolist()))):   # (cheap test for one run)
+            finite = np.isfinite(X).all(axis=1)
+            if not finite.all():
+                bad = int(np.flatnonzero(~finite)[0])
+                raise NonFiniteStateError(k + 1, t[k + 1], X[bad], bad)
         xs[:, k + 1] = X
 
     if barrier is not None:

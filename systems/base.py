@@ -54,6 +54,17 @@ def _as_states(x: Any, n: int, what: str = "x") -> np.ndarray:
     return arr
 
 
+_F64 = np.dtype(np.float64)
+_isfinite = math.isfinite
+
+
+def _single_state(x: Any, n: int) -> list[float] | None:
+    """x as a list of n Python floats when it is ONE float64 state, (n,) or (1, n), else None."""
+    if type(x) is np.ndarray and x.dtype == _F64 and 1 <= x.ndim <= 2 and x.shape[-1] == n and x.size == n:
+        return x.ravel().tolist()
+    return None
+
+
 def _as_tensor_states(x: "torch.Tensor", n: int, what: str = "x") -> "torch.Tensor":
     if x.ndim not in (1, 2) or x.shape[-1] != n:
         raise ValueError(f"{what} must have shape ({n},) or (B, {n}), got {tuple(x.shape)}")
@@ -80,6 +91,45 @@ class _NumPyPrinter(NumPyPrinter):
 
 class _PythonPrinter(PythonCodePrinter):
     _print_Float = _exact_float
+
+
+class _NotExact(Exception):
+    """The expression uses an operation the float fast path cannot reproduce bit for bit."""
+
+
+class _ScalarPrinter(_NumPyPrinter):
+    """The numpy printer's code, for Python floats, with exactly numpy's array arithmetic.
+
+    numpy evaluates ``arr**2`` as ``square`` (x*x) and ``arr**-1`` as ``reciprocal`` (1/x),
+    whereas Python floats would call ``pow()`` (not correctly rounded: ~1 in 1000 results
+    differ), so those two powers are printed as the operations numpy performs. + - * / are
+    the same IEEE operations on floats and arrays. Any other power raises ``_NotExact``
+    (``_Field`` then keeps to numpy); ``_scalar_exprs_ok`` refuses functions and symbolic
+    constants (pi, E, ...).
+    """
+
+    def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
+        base = self.parenthesize(expr.base, PRECEDENCE["Pow"], strict=False)
+        if expr.exp == 2:
+            return f"({base}*{base})"
+        if expr.exp == -1:
+            return f"(1/{base})"
+        raise _NotExact(f"power {expr.exp}")
+
+
+def _scalar_exprs_ok(exprs: Sequence[sp.Expr]) -> bool:
+    """Only symbols, finite rational/float numbers, +, * and powers (checked by the printer)."""
+    for e in exprs:
+        for node in sp.preorder_traversal(e):
+            if isinstance(node, (sp.Symbol, sp.Add, sp.Mul, sp.Pow)):
+                continue
+            if isinstance(node, (sp.Integer, sp.Rational, sp.Float)) and node.is_finite:
+                continue
+            return False
+    return True
+
+
+_UNBUILT = object()
 
 
 def _lambdify(args: Sequence[sp.Symbol], exprs: list[sp.Expr], namespace: Any,
@@ -139,6 +189,51 @@ class _Field:
         var_exprs = [flat[i] for i in self.var]
         self._np = _lambdify(self.args, var_exprs, "numpy", _NumPyPrinter) if self.var else None
         self._torch: Callable[..., Any] | None = None
+        self._scalar_fn: Any = _UNBUILT
+        self._template = [self.const.get(i, 0.0) for i in range(len(flat))]
+
+    def _build_scalar(self) -> Callable[..., Any] | None:
+        if not self.var:
+            return lambda *vals: []        # not called: scalar() returns the constants directly
+        exprs = [self.exprs[i] for i in self.var]
+        if not _scalar_exprs_ok(exprs):
+            return None
+        try:
+            return _lambdify(self.args, exprs, "numpy", _ScalarPrinter)
+        except _NotExact:
+            return None
+
+    def scalar_fn(self) -> Callable[..., Any] | None:
+        """The float function of the varying entries (built on first use), or None."""
+        if self._scalar_fn is _UNBUILT:
+            self._scalar_fn = self._build_scalar()
+        return self._scalar_fn
+
+    def scalar(self, vals: Sequence[float]) -> list[float] | None:
+        """All entries (flat, row-major) at ONE point given as Python floats, computed with the
+        same IEEE operations ``numpy`` performs on arrays (so bit-identical to ``numpy``), but
+        without numpy's per-call overhead; None where that is not guaranteed: expressions
+        outside + - * / x**2 x**-1, a Python float exception (division by zero) or a
+        non-finite result (numpy's path then reports it with its usual warnings)."""
+        fn = self._scalar_fn
+        if fn is _UNBUILT:
+            fn = self.scalar_fn()
+        if fn is None:
+            return None
+        if not self.var:
+            return self._template.copy()
+        try:
+            values = fn(*vals)
+        except (ArithmeticError, ValueError):
+            return None
+        if not all(map(_isfinite, values)):
+            return None
+        if len(values) == len(self._template):
+            return values                      # every entry varies: the fresh list lambdify built
+        out = self._template.copy()
+        for i, v in zip(self.var, values):
+            out[i] = v
+        return out
 
     def numpy(self, cols: Sequence[np.ndarray], batch: tuple[int, ...]) -> np.ndarray:
         out = np.empty(batch + (len(self.exprs),), dtype=np.float64)
@@ -272,6 +367,11 @@ class Controller:
 
     def __call__(self, x: Any) -> np.ndarray:
         """(n,) -> (m,); (B, n) -> (B, m)."""
+        one = _single_state(x, self.n)
+        if one is not None:
+            vals = self._field.scalar(one)
+            if vals is not None:
+                return np.array([vals] if x.ndim == 2 else vals)
         arr = _as_states(x, self.n)
         return self._field.numpy([arr[..., i] for i in range(self.n)], arr.shape[:-1])
 
@@ -356,6 +456,7 @@ class ControlAffineSystem:
         self._G = _Field(list(self.G_expr), self.x_sym, (n, m))
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
+        self._xdot_fast: Any = _UNBUILT
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
@@ -380,16 +481,79 @@ class ControlAffineSystem:
         arr = _as_states(x, self.n)
         return [arr[..., i] for i in range(self.n)], arr.shape[:-1]
 
+    # One state ((n,) or (1, n) float64) takes a float path: the same IEEE operations as the
+    # array code (see _Field.scalar), hence the same bits, at a fraction of numpy's per-call
+    # cost; it falls back to the array code whenever that cannot be guaranteed.
     def f(self, x: Any) -> np.ndarray:
         """Drift: (n,) -> (n,); (B, n) -> (B, n)."""
+        one = _single_state(x, self.n)
+        if one is not None:
+            vals = self._f.scalar(one)
+            if vals is not None:
+                return np.array([vals] if x.ndim == 2 else vals)
         return self._f.numpy(*self._cols(x))
 
     def G(self, x: Any) -> np.ndarray:
         """Input matrix: (n,) -> (n, m); (B, n) -> (B, n, m)."""
+        one = _single_state(x, self.n)
+        if one is not None:
+            vals = self._G.scalar(one)
+            if vals is not None:
+                return np.array(vals).reshape(x.shape[:-1] + (self.n, self.m))
         return self._G.numpy(*self._cols(x))
+
+    def _xdot_list(self, x: Sequence[float], u: Sequence[float]) -> list[float] | None:
+        """f(x) + G(x) u for one state as Python floats, bit-identical to ``xdot``, or None
+        where the float path does not apply (see ``_xdot_float``). The result may be
+        non-finite: callers then fall back to the array code."""
+        fn = self._xdot_float()
+        if fn is None:
+            return None
+        try:
+            return list(fn(*x, *u))
+        except (ArithmeticError, ValueError):
+            return None
+
+    def _xdot_float(self) -> Callable[..., tuple[float, ...]] | None:
+        """``fn(x_0, ..., x_{n-1}, u_0) -> (xdot_0, ..., xdot_{n-1})`` on Python floats for
+        single-input systems whose f and G have exact float code (``_Field.scalar``), else
+        None; generated on first use with the entries unrolled. Bit-identical to ``xdot``:
+        numpy's einsum sums G_i0 u_0 from 0.0, so entry i is f_i + (0.0 + G_i0 * u_0). It may
+        raise ArithmeticError / ValueError (e.g. a division by zero), where numpy gives inf."""
+        fast = self._xdot_fast
+        if fast is _UNBUILT:
+            fast = self._xdot_fast = self._build_xdot_float()
+        return fast
+
+    def _build_xdot_float(self) -> Callable[..., tuple[float, ...]] | None:
+        f_field, G_field = self._f, self._G
+        if self.m != 1 or f_field.scalar_fn() is None or G_field.scalar_fn() is None \
+                or not all(map(_isfinite, [*f_field.const.values(), *G_field.const.values()])):
+            return None
+        args = [f"x{i}" for i in range(self.n)]
+        call = ", ".join(args)
+
+        def entries(field: _Field, name: str) -> list[str]:
+            slot = {i: j for j, i in enumerate(field.var)}
+            return [f"{name}[{slot[i]}]" if i in slot else repr(field.const[i]) for i in range(len(field.exprs))]
+        lines = [f"def xdot_float({call}, u0):"]
+        if f_field.var:
+            lines.append(f"    f = f_fn({call})")
+        if G_field.var:
+            lines.append(f"    G = G_fn({call})")
+        terms = [f"{fi} + (0.0 + {gi} * u0)" for fi, gi in zip(entries(f_field, "f"), entries(G_field, "G"))]
+        lines.append(f"    return ({', '.join(terms)},)")
+        namespace = {"f_fn": f_field.scalar_fn(), "G_fn": G_field.scalar_fn()}
+        exec("\n".join(lines), namespace)      # generated from the fields' own layout only
+        return namespace["xdot_float"]
 
     def xdot(self, x: Any, u: Any) -> np.ndarray:
         """f(x) + G(x) u: (n,), (m,) -> (n,); (B, n), (B, m) -> (B, n)."""
+        one = _single_state(x, self.n)
+        if one is not None and type(u) is np.ndarray and u.dtype == _F64 and u.shape == x.shape[:-1] + (self.m,):
+            vals = self._xdot_list(one, u.ravel().tolist())
+            if vals is not None and all(map(_isfinite, vals)):
+                return np.array(vals).reshape(x.shape)
         xa = _as_states(x, self.n)
         ua = np.asarray(u, dtype=np.float64)
         if ua.shape != xa.shape[:-1] + (self.m,):

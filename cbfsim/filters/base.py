@@ -16,7 +16,9 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..barriers import LieTerms, LieTerms2, ShapeError, check_shape
-from ..classk import ClassK
+from ..classk import ClassK, Linear
+
+_F64 = np.dtype(np.float64)
 
 #: A step whose returned input violates a row by more than this is flagged SLACK_ACTIVE.
 DEFAULT_SLACK_TOL = 1e-7
@@ -111,9 +113,26 @@ def cbf_rows(terms: LieTerms, alpha: ClassK) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(terms.Lf + alpha(terms.h), dtype=np.float64), np.asarray(terms.Lg, dtype=np.float64)
 
 
+def single_row(terms: Any, alpha: ClassK, u_nom: np.ndarray) -> tuple[float, float, float] | None:
+    """(a, b, u_nom) as floats for the single-state fast paths: one LieTerms of one float64
+    state with one input and a Linear alpha, where a = L_f h + gain * h is the same two
+    float operations ``cbf_rows`` performs on arrays. None for anything else (use the
+    general path, which also reports malformed input)."""
+    if u_nom.shape != (1, 1) or type(alpha) is not Linear or not isinstance(terms, LieTerms):
+        return None
+    h, Lf, Lg = terms.h, terms.Lf, terms.Lg
+    if not (type(h) is type(Lf) is type(Lg) is np.ndarray and h.shape == Lf.shape == (1,) and Lg.shape == (1, 1)
+            and h.dtype == Lf.dtype == Lg.dtype == _F64):
+        return None
+    return Lf.item() + alpha.gain * h.item(), Lg.item(), u_nom.item()
+
+
 def stack_rows(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stack per-barrier rows into a (B, k) and b (B, k, m), checking every shape."""
     B, m = u_nom.shape
+    if len(rows) == 1:   # the same arrays as np.stack gives (fresh, C-contiguous), minus its overhead
+        return (check_shape(rows[0][0], (B,), "row 0 offset a").reshape(B, 1).copy(),
+                check_shape(rows[0][1], (B, m), "row 0 gain b").reshape(B, 1, m).copy())
     a = np.stack([check_shape(r[0], (B,), f"row {i} offset a") for i, r in enumerate(rows)], axis=1)
     b = np.stack([check_shape(r[1], (B, m), f"row {i} gain b") for i, r in enumerate(rows)], axis=1)
     return a, b
@@ -146,6 +165,40 @@ def row_violation(a: np.ndarray, b: np.ndarray, u: np.ndarray) -> np.ndarray:
     """Largest violation max_i max(0, -(a_i + b_i.u)) per state, shape (B,)."""
     g = a + np.einsum("bkm,bm->bk", b, u)
     return np.maximum(0.0, -g.min(axis=1))
+
+
+# Float replicas of numpy's elementwise rules, for the single-state fast paths of the row
+# solvers (B = k = m = 1). They give numpy's values on non-NaN data and, as far as numpy
+# 2.x is consistent about it, its signed zeros: np.maximum / np.minimum return the second
+# argument on a tie; np.clip keeps x on a tie, except when x and both bounds are arrays of
+# the same shape (its SIMD kernel then returns the bound). The sign of a zero never
+# changes a value computed from it here (x' = f + (0.0 + G u) drops it).
+def max_np(x: float, y: float) -> float:
+    """np.maximum(x, y) for non-NaN floats."""
+    return x if x > y else y
+
+
+def min_np(x: float, y: float) -> float:
+    """np.minimum(x, y) for non-NaN floats."""
+    return x if x < y else y
+
+
+def clip_np(x: float, lo: float, hi: float) -> float:
+    """np.clip(x, lo, hi), lo <= hi, for broadcast or scalar bounds (x kept on a tie)."""
+    return lo if x < lo else (hi if x > hi else x)
+
+
+def clip_same_np(x: float, lo: float, hi: float) -> float:
+    """np.clip(x, lo, hi), lo <= hi, for x, lo, hi arrays of one shape (bound on a tie)."""
+    w = x if x > lo else lo
+    return w if w < hi else hi
+
+
+def normalise_one(a: float, b: float) -> tuple[float, float]:
+    """``normalise_rows`` for one row with one input: the einsum is 0.0 + b*b."""
+    norm = math.sqrt(0.0 + b * b)
+    scale = norm if norm > 0 else 1.0
+    return a / scale, b / scale
 
 
 def status_from_slack(slack: np.ndarray, slack_tol: float) -> np.ndarray:

@@ -35,6 +35,7 @@ run equal to single runs.
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any, Sequence
 
@@ -44,9 +45,13 @@ import scipy.sparse as sp
 
 from ..barriers import LieTerms, check_shape
 from ..classk import ClassK, Linear
-from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, cbf_rows, check_penalty, input_bounds,
-                   nominal_batch, normalise_rows, row_violation, stack_rows, status_from_slack, term_list)
+from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, cbf_rows, check_penalty, clip_np,
+                   clip_same_np, input_bounds, max_np, min_np, nominal_batch, normalise_one, normalise_rows,
+                   row_violation, single_row, stack_rows, status_from_slack, term_list)
 from .refine import refine
+
+_isfinite = math.isfinite
+_SOLVED = osqp.SolverStatus.OSQP_SOLVED
 
 #: OSQP settings: tight tolerances + polishing; max_iter bounds the time of a stalled solve
 #: (refinement finishes it); a fixed rho-adaptation interval (0 would adapt on wall-clock
@@ -65,6 +70,14 @@ class _Workspace:
         self.solver = solver
         self.hard_start: tuple[np.ndarray, np.ndarray] | None = None
         self.last_phase = "hard"
+        # osqp >= 1.0 keeps its compiled solver in ``_solver``; calling it directly skips the
+        # wrapper's per-call bookkeeping (~20 us: result namespaces, derivative cache) while
+        # making exactly the calls the wrapper makes. Other versions use the public API.
+        ext = getattr(solver, "_solver", None)
+        needed = ("update_data_vec", "update_data_mat", "solve", "info", "solution")
+        self.ext = ext if ext is not None and all(hasattr(ext, k) for k in needed) else None
+        if self.ext is not None:
+            self.infty = float(solver.constant("OSQP_INFTY"))
 
 
 class QPRowSolver:
@@ -82,6 +95,8 @@ class QPRowSolver:
             raise ValueError("QPRowSolver needs a finite slack_penalty (use the projection for rho = inf)")
         self.slack_tol = float(slack_tol)
         self.refine = bool(refine_kkt)
+        bounds = np.abs(np.concatenate([self.u_min, self.u_max]))        # refine()'s bound term, once
+        self._bound = float(bounds[np.isfinite(bounds)].max(initial=0.0))
         self.settings = {**DEFAULT_OSQP_SETTINGS, **osqp_settings}
         #: diagnostics: solves, hard-phase answers, relaxed-phase solves, exact refinements, failures
         self.stats = dict(solves=0, hard=0, relaxed=0, refined=0, failed=0)
@@ -118,6 +133,7 @@ class QPRowSolver:
 
     def _templates(self) -> None:
         self._tmpl = {phase: self._vectors(phase) for phase in ("hard", "relaxed")}
+        self._infty: float | None = None
         self._Ax_buf = self._Ax(np.zeros((self.n_rows, self.m)))
 
     def _workspace(self, i: int) -> _Workspace:
@@ -127,21 +143,50 @@ class QPRowSolver:
             q, lo, hi = self._vectors("hard")
             solver = osqp.OSQP()
             solver.setup(P=self._P, q=q, A=A, l=lo, u=hi, **self.settings)
-            self._workspaces.append(_Workspace(solver))
+            ws = _Workspace(solver)
+            if ws.ext is not None and self._infty is None:
+                # OSQP.update clamps l, u to +-OSQP_INFTY; clamp the constant entries once
+                self._infty = ws.infty
+                for _, t_lo, t_hi in self._tmpl.values():
+                    np.maximum(t_lo, -ws.infty, out=t_lo)
+                    np.minimum(t_hi, ws.infty, out=t_hi)
+            self._workspaces.append(ws)
         return self._workspaces[i]
 
     def _run(self, ws: _Workspace, phase: str, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray):
-        """Load one phase's data into the workspace, warm start sensibly, solve."""
+        """Load one phase's data into the workspace, warm start sensibly, solve: (x, y, status)."""
         m, k = self.m, self.n_rows
         q, lo, hi = self._tmpl[phase]
         q[:m] = -u_nom
         lo[:k] = -a
+        self._Ax_buf[self._b_slots] = b.T.ravel()
+        return self._solve_loaded(ws, phase, q, lo, hi, u_nom)
+
+    def _run_hard_one(self, ws: _Workspace, a: float, b: float, u_nom: float):
+        """``_run(ws, "hard", ...)`` for k = m = 1 with float data (the same values loaded)."""
+        q, lo, hi = self._tmpl["hard"]
+        q[0] = -u_nom
+        v, inf = -a, ws.infty if ws.ext is not None else math.inf
+        lo[0] = v if v > -inf else -inf       # np.maximum(-a, -OSQP_INFTY), as OSQP.update would
+        self._Ax_buf[self._b_slots[0]] = b
+        return self._solve_loaded(ws, "hard", q, lo, hi, None, clamped=True)
+
+    def _solve_loaded(self, ws: _Workspace, phase: str, q: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+                      u_nom: np.ndarray | None, clamped: bool = False):
+        """Send the loaded phase to OSQP, warm start sensibly, solve: (x, y, status).
+        ``clamped``: lo already holds +-OSQP_INFTY-clamped values (the templates are)."""
+        k, m = self.n_rows, self.m
         Ax = self._Ax_buf
-        Ax[self._b_slots] = b.T.ravel()
-        if phase == ws.last_phase:
-            ws.solver.update(q=q, l=lo, Ax=Ax)
-        else:
-            ws.solver.update(q=q, l=lo, u=hi, Ax=Ax)
+        ext = ws.ext
+        if ext is None:
+            if phase == ws.last_phase:
+                ws.solver.update(q=q, l=lo, Ax=Ax)
+            else:
+                ws.solver.update(q=q, l=lo, u=hi, Ax=Ax)
+        else:   # what OSQP.update does: clamp l, u to +-OSQP_INFTY, then the two data updates
+            ext.update_data_vec(q=q, l=lo if clamped else np.maximum(lo, -ws.infty),
+                                u=None if phase == ws.last_phase else np.minimum(hi, ws.infty))
+            ext.update_data_mat(P_x=None, P_i=None, A_x=Ax, A_i=None)
         if phase == "hard" and ws.last_phase != "hard" and ws.hard_start is not None:
             ws.solver.warm_start(x=ws.hard_start[0], y=ws.hard_start[1])
         elif phase == "relaxed":
@@ -149,57 +194,136 @@ class QPRowSolver:
             ws.solver.warm_start(x=np.concatenate([np.clip(u_nom, self.u_min, self.u_max), np.zeros(k)]),
                                  y=np.concatenate([np.zeros(k + m), np.full(k, -self.slack_penalty)]))
         ws.last_phase = phase
-        res = ws.solver.solve(raise_error=False)
-        if phase == "hard" and res.x is not None and np.isfinite(res.x).all() and np.isfinite(res.y).all():
-            ws.hard_start = (res.x.copy(), res.y.copy())
-        return res
+        if ext is None:
+            res = ws.solver.solve(raise_error=False)
+            x, y, status = res.x, res.y, res.info.status_val
+        else:
+            ext.solve()
+            solution = ext.solution
+            x, y, status = solution.x, solution.y, ext.info.status_val   # fresh arrays on every access
+        if phase == "hard" and x is not None and all(map(_isfinite, x.tolist())) and all(map(_isfinite, y.tolist())):
+            ws.hard_start = (x.copy(), y.copy()) if ext is None else (x, y)
+        return x, y, status
+
+    def _accept_one(self, a: float, b: float, u_nom: float, lam0: float) -> bool:
+        """refine()'s first test for k = m = 1 on floats: is clip(lam0, 0, rho) already exact,
+        i.e. kkt_residual <= 1e-10 * scale? The same operations as refine.py in the same
+        order (matmuls over one term = 0.0 + term), so the same decision."""
+        lo, hi, rho = self.u_min.item(), self.u_max.item(), self.slack_penalty
+        lam = clip_np(lam0, 0.0, rho)
+        # max(initial=0.0) of one |value| and the sum over one term are that value
+        scale = 1.0 + abs(a) + abs(b) * max(1.0, self._bound, abs(u_nom))
+        u = clip_same_np(u_nom + (0.0 + b * lam), lo, hi)
+        g = a + (0.0 + b * u)
+        bb = 0.0 + b * b
+        neg = min_np(max_np(0.0, -g), (rho - lam) * bb)
+        pos = min_np(max_np(0.0, g), lam * bb)
+        return max_np(0.0, max_np(neg, pos)) <= 1e-10 * scale
 
     def _exact(self, res: Any, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> np.ndarray | None:
-        """Exact P_rho multipliers from an OSQP result, or None (see refine.py)."""
+        """Exact P_rho multipliers from an OSQP result (x, y, status), or None (see refine.py)."""
         m, k = self.m, self.n_rows
-        if res.x is None or not (np.isfinite(res.x[:m]).all() and np.isfinite(res.y[:k]).all()):
+        x, y, _ = res
+        if x is None or not (all(map(_isfinite, x[:m].tolist())) and all(map(_isfinite, y[:k].tolist()))):
             return None
-        lam0 = -res.y[:k]
-        for start, u0 in ((lam0, res.x[:m]), (lam0, None), (np.zeros(k), None)):
+        lam0 = -y[:k]
+        if k == 1 and m == 1 and self._accept_one(a.item(), b.item(), u_nom.item(), lam0.item()):
+            # what refine returns in this case: np.clip(lam0, 0.0, rho) (scalar bounds)
+            return np.array([clip_np(lam0.item(), 0.0, self.slack_penalty)])
+        for start, u0 in ((lam0, x[:m]), (lam0, None), (np.zeros(k), None)):
             lam = refine(a, b, u_nom, self.u_min, self.u_max, self.slack_penalty, start, u0=u0)
             if lam is not None:
                 return lam
         return None
 
-    def _solve_one(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> tuple[np.ndarray, bool]:
-        """(u, ok) for one state: hard phase first, relaxed phase when it cannot answer."""
+    def _u_of(self, lam: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> np.ndarray:
+        """clip(u_nom + b^T lam) (floats for k = m = 1: the matmul over one term is 0.0 + term)."""
+        if lam.shape == (1,) and b.shape == (1, 1):
+            return np.array([clip_same_np(u_nom.item() + (0.0 + b.item() * lam.item()),
+                                          self.u_min.item(), self.u_max.item())])
+        return np.clip(u_nom + b.T @ lam, self.u_min, self.u_max)
+
+    def _solve_one(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray,
+                   hard: tuple | None = None) -> tuple[np.ndarray, bool]:
+        """(u, ok) for one state: hard phase first, relaxed phase when it cannot answer.
+        ``hard``: the hard phase's result when the caller has already run it."""
         ws = self._workspace(i)
-        self.stats["solves"] += 1
-        res = self._run(ws, "hard", a, b, u_nom)
-        if res.info.status_val == osqp.SolverStatus.OSQP_SOLVED:
+        if hard is None:
+            self.stats["solves"] += 1
+            hard = self._run(ws, "hard", a, b, u_nom)
+        res = hard
+        if res[2] == _SOLVED:
             if not self.refine:                      # raw OSQP (for measurements only)
-                if (-res.y[:self.n_rows] <= self.slack_penalty).all():
+                if (-res[1][:self.n_rows] <= self.slack_penalty).all():
                     self.stats["hard"] += 1
-                    return np.clip(res.x[:self.m], self.u_min, self.u_max), True
+                    return np.clip(res[0][:self.m], self.u_min, self.u_max), True
             else:
                 lam = self._exact(res, a, b, u_nom)
                 if lam is not None:                  # exact solution of P_rho
                     self.stats["hard"] += 1
                     self.stats["refined"] += 1
-                    return np.clip(u_nom + b.T @ lam, self.u_min, self.u_max), True
+                    return self._u_of(lam, b, u_nom), True
         self.stats["relaxed"] += 1
         res = self._run(ws, "relaxed", a, b, u_nom)
         lam = self._exact(res, a, b, u_nom) if self.refine else None
         if lam is not None:
             self.stats["refined"] += 1
-            return np.clip(u_nom + b.T @ lam, self.u_min, self.u_max), True
-        solved = res.info.status_val == osqp.SolverStatus.OSQP_SOLVED
-        if res.x is not None and np.isfinite(res.x[:self.m]).all():
+            return self._u_of(lam, b, u_nom), True
+        x, _, status = res
+        solved = status == _SOLVED
+        if x is not None and np.isfinite(x[:self.m]).all():
             self.stats["failed"] += not solved
-            return np.clip(res.x[:self.m], self.u_min, self.u_max), solved
+            return np.clip(x[:self.m], self.u_min, self.u_max), solved
         self.stats["failed"] += 1
         return np.clip(u_nom, self.u_min, self.u_max), False
+
+    def _solve_one_float(self, a: float, b: float, u_nom: float) -> tuple[float, bool]:
+        """``_solve_one(0, ...)`` for k = m = 1 on floats: the same OSQP calls and decisions.
+        Its common case -- the hard phase solved and refine()'s first test accepting OSQP's
+        multiplier -- stays on floats; everything else continues in ``_solve_one``."""
+        ws = self._workspace(0)
+        self.stats["solves"] += 1
+        hard = self._run_hard_one(ws, a, b, u_nom)
+        x, y, status = hard
+        if status == _SOLVED and self.refine and x is not None:
+            x0, y0 = x.item(0), y.item(0)
+            if _isfinite(x0) and _isfinite(y0) and self._accept_one(a, b, u_nom, -y0):
+                self.stats["hard"] += 1
+                self.stats["refined"] += 1
+                lam = clip_np(-y0, 0.0, self.slack_penalty)
+                return clip_same_np(u_nom + (0.0 + b * lam), self.u_min.item(), self.u_max.item()), True
+        u, ok = self._solve_one(0, np.array([a]), np.array([[b]]), np.array([u_nom]), hard=hard)
+        return u.item(), ok
+
+    def _solve_single(self, a: float, b: float, u_nom: float) -> FilterResult | None:
+        """``solve`` for B = k = m = 1 with finite data, on floats around the same _solve_one
+        (normalise_rows / row_violation / status_from_slack replicated operation for
+        operation), so bit-identical to the array path; None: use the array path."""
+        if not (_isfinite(a) and _isfinite(b) and _isfinite(u_nom)):
+            return None
+        an, bn = normalise_one(a, b)
+        start = time.perf_counter()
+        u, ok = self._solve_one_float(an, bn, u_nom)
+        elapsed = time.perf_counter() - start
+        slack = max_np(0.0, -(a + (0.0 + b * u)))
+        if not _isfinite(slack):
+            slack = 0.0
+        if not ok:
+            status = FilterStatus.SOLVER_ERROR
+        else:
+            status = FilterStatus.SLACK_ACTIVE if slack > self.slack_tol else FilterStatus.OK
+        return FilterResult(u=np.array([[u]]), slack=np.array([slack]), status=np.array([status], dtype=np.int8),
+                            solve_time=np.array([elapsed]))
 
     def solve(self, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
         B, m, k = u_nom.shape[0], self.m, self.n_rows
         a = check_shape(a, (B, k), "row offsets a")
         b = check_shape(b, (B, k, m), "row gains b")
+        if B == 1 and k == 1 and m == 1:
+            one = self._solve_single(a.item(), b.item(), u_nom.item())
+            if one is not None:
+                return one
         u = np.clip(u_nom, self.u_min, self.u_max)
         status = np.full(B, FilterStatus.OK, dtype=np.int8)
         times = np.zeros(B)
@@ -244,6 +368,12 @@ class CBFQP:
 
     def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: LieTerms | Sequence[LieTerms]) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
+        if self.n_barriers == 1 and isinstance(self.solver, QPRowSolver):
+            row = single_row(terms, self.alphas[0], u_nom)
+            if row is not None:
+                one = self.solver._solve_single(*row)
+                if one is not None:
+                    return one
         rows = [cbf_rows(t, al) for t, al in zip(term_list(terms, self.n_barriers), self.alphas)]
         a, b = stack_rows(rows, u_nom)
         return self.solver.solve(a, b, u_nom)
