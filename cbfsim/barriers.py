@@ -23,13 +23,11 @@ from typing import Any, Callable, Protocol, runtime_checkable
 
 import numpy as np
 
+from compiler.errors import ShapeError  # one exception hierarchy for the whole project
+
 
 _F64 = np.dtype(np.float64)
 _SINGLE_STATE_LOCK = threading.Lock()
-
-
-class ShapeError(ValueError):
-    """An array of the wrong shape crossed a public boundary (message: expected vs actual)."""
 
 
 def as_batch(x: Any, n: int, what: str = "x") -> np.ndarray:

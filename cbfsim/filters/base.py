@@ -15,7 +15,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
-from ..barriers import LieTerms, LieTerms2, ShapeError, check_shape
+from ..barriers import LieTerms, LieTerms2, ShapeError, as_batch, check_shape
 from ..classk import ClassK, Linear
 
 _F64 = np.dtype(np.float64)
@@ -140,12 +140,7 @@ def stack_rows(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray) -> 
 
 def nominal_batch(u_nom: Any, m: int) -> np.ndarray:
     """u_nom as a float64 (B, m) array; a single (m,) input becomes a batch of one."""
-    u = np.asarray(u_nom, dtype=np.float64)
-    if u.ndim == 1:
-        u = u[None, :]
-    if u.ndim != 2 or u.shape[1] != m:
-        raise ShapeError(f"u_nom: expected shape (B, {m}) or ({m},), got {np.shape(u_nom)}")
-    return u
+    return as_batch(u_nom, m, "u_nom")
 
 
 def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
