@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = ("vdp", "bicycle", "pendulum")
+# The experiments whose trained barrier is shipped in experiments/models/. bicycle and pendulum
+# are added here when their models are (issue 4 is open for them).
+EXPERIMENTS = ("vdp",)
 REQUIRED = ("min_constraint_filtered", "min_constraint_nominal", "violations_filtered", "violations_nominal",
             "qp_infeasible_steps", "runs", "steps", "wall_time_s")
 
