@@ -61,13 +61,14 @@ def channels_for(m: int, order: int, layout: str = "sweep") -> int:
 
 def workspace_span(widths: list[int]) -> int:
     """Neurons the sweep keeps live: layer 1's output alone (its input is the caller's x, f, G),
-    then input + output of every hidden-to-hidden layer (a dense layer cannot overwrite its
-    input); the last layer writes to the caller's out array."""
-    hidden = widths[1:-1]
-    if not hidden:
+    then input + output of every later stored layer (a dense layer cannot overwrite its
+    input). The last hidden layer is never stored: it is fused with the scalar output layer,
+    each neuron added into the outputs as soon as it is activated."""
+    stored = widths[1:-2]
+    if not stored:
         return 0
-    pairs = [hidden[i - 1] + hidden[i] for i in range(1, len(hidden))]
-    return max([hidden[0], *pairs])
+    pairs = [stored[i - 1] + stored[i] for i in range(1, len(stored))]
+    return max([stored[0], *pairs])
 
 
 def cost_report(model: Model, m: int, order: int = 1, scalar_bytes: int = 4, layout: str = "sweep") -> CostReport:
@@ -95,7 +96,7 @@ def cost_report(model: Model, m: int, order: int = 1, scalar_bytes: int = 4, lay
     channel_text = {("sweep", 1): "(m+2)", ("sweep", 2): "(2m+3)", ("min_memory", 1): "2",
                     ("min_memory", 2): "4"}[(layout, order)]
     formula = (f"{channel_text} channels x "
-               "max(n_1, max_{2<=i<=d-1}(n_{i-1} + n_i)) = "
+               "max(n_1, max_{2<=i<=d-2}(n_{i-1} + n_i)), 0 if d <= 2 = "
                f"{channels} x {span}")
     return CostReport(tuple(widths), m, order, c_f, c_df, (m + 1) * c_df, one_sweep,
                       c_ad + (m + 1) * (2 * n - 1), channels, channels * span, formula,

@@ -136,6 +136,53 @@ constexpr bool kRegisterBlocking = sizeof(scalar) == 4;
 constexpr bool kRegisterBlocking = false;
 #endif
 
+// dense_fused: the last hidden layer and the scalar output layer in one pass, so the last
+// hidden layer needs no workspace. Its outputs are made B at a time in a local block
+// (channel-major, blk[c*B + j]), activated in place by act(Int<B>{}, blk), and each is added
+// into out[c] = b_out + sum_j w_out[j] a_c[j] at once. Every sum runs in the same order as
+// in an unfused layer-by-layer pass (k = 0..In-1 inside a neuron, j = 0..Mid-1 into out), so
+// B never changes a bit; B is the block that fits the target's vector registers.
+template <int N>
+struct Int {
+    static constexpr int value = N;
+};
+
+template <int Mid, int C>
+constexpr int fused_block() noexcept {
+#if defined(__AVX__)
+    if (sizeof(scalar) == 4 && C <= 3 && Mid % 32 == 0) return 32;
+    if (Mid % 8 == 0) return 8;
+#elif defined(__SSE2__) || defined(__ARM_NEON)
+    if (Mid % 4 == 0) return 4;
+#endif
+    return 1;
+}
+
+template <int In, int Mid, int C, typename Src, typename Act>
+inline void dense_fused(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
+                        const scalar* __restrict w_out, const scalar* __restrict b_out,
+                        scalar* __restrict out, const Act& act) noexcept {
+    constexpr int B = fused_block<Mid, C>();
+    static_assert(Mid % B == 0, "dense_fused needs whole blocks");
+    out[0] = b_out[0];
+    for (int c = 1; c < C; ++c) out[c] = scalar(0);
+    for (int j0 = 0; j0 < Mid; j0 += B) {
+        scalar blk[C * B];
+        for (int j = 0; j < B; ++j) blk[j] = b[j0 + j];
+        for (int j = B; j < C * B; ++j) blk[j] = scalar(0);
+        for (int k = 0; k < In; ++k) {
+            const scalar* __restrict w = wt + k * Mid + j0;
+            for (int c = 0; c < C; ++c) {
+                const scalar s = src(c, k);
+                for (int j = 0; j < B; ++j) blk[c * B + j] += w[j] * s;
+            }
+        }
+        act(Int<B>{}, blk);
+        for (int j = 0; j < B; ++j)
+            for (int c = 0; c < C; ++c) out[c] += w_out[j0 + j] * blk[c * B + j];
+    }
+}
+
 // Channels<In>: reads a layer input held channel-major in the workspace.
 template <int In>
 struct Channels {
@@ -218,30 +265,41 @@ class Plan:
     workspace_scalars: int
 
 
-def _plan_sweep(widths: list[int], channels: int, activation: Callable[[int, int, str], str], seed_expr: str,
+def _plan_sweep(widths: list[int], channels: int, activation: Callable[[int, str, str], str], seed_expr: str,
                 target: str) -> Plan:
-    """Alternate layer outputs between the front and the back of one buffer of size
-    channels * max(n_1, n_{i-1} + n_i): a layer's input and output never overlap.
+    """Alternate stored layer outputs between the front and the back of one buffer of size
+    channels * workspace_span(widths): a layer's input and output never overlap. The last
+    hidden layer is fused with the output layer (dense_fused) and stores nothing.
     ``activation(layer, width, pointer)`` gives the activation call of hidden layer ``layer``."""
     span = channels * workspace_span(widths)
     d = len(widths) - 1
     steps: list[str] = []
     in_offset = None
-    for i in range(1, d + 1):
+
+    def source(i: int) -> str:
+        return seed_expr if i == 1 else f"detail::Channels<{widths[i - 1]}>{{w + {in_offset}}}"
+
+    for i in range(1, d - 1):
         n_in, n_out = widths[i - 1], widths[i]
-        last = i == d
-        out_offset = None if last else (0 if in_offset is None or in_offset != 0 else span - channels * n_out)
-        dest = target if last else f"w + {out_offset}"
-        src = seed_expr if i == 1 else f"detail::Channels<{n_in}>{{w + {in_offset}}}"
-        stream = f"detail::dense_stream<{n_in}, {n_out}, {channels}>({src}, detail::kW{i}, detail::kB{i}, {dest});"
-        if i == 1 or last or not use_blocked(n_out, channels):
+        out_offset = 0 if in_offset is None or in_offset != 0 else span - channels * n_out
+        dest = f"w + {out_offset}"
+        stream = f"detail::dense_stream<{n_in}, {n_out}, {channels}>({source(i)}, detail::kW{i}, detail::kB{i}, {dest});"
+        if i == 1 or not use_blocked(n_out, channels):
             steps.append(stream)
         else:
-            block = f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({src}, detail::kW{i}, detail::kB{i}, {dest});"
+            block = (f"detail::dense_block<{n_in}, {n_out}, {channels}, {BLOCK}>({source(i)}, detail::kW{i}, "
+                     f"detail::kB{i}, {dest});")
             steps += ["if constexpr (detail::kRegisterBlocking) {", "    " + block, "} else {", "    " + stream, "}"]
-        if not last:
-            steps.append(activation(i, n_out, f"w + {out_offset}"))
-            in_offset = out_offset
+        steps.append(activation(i, str(n_out), dest))
+        in_offset = out_offset
+    i = d - 1
+    if i == 0:      # no hidden layer: an affine barrier
+        steps.append(f"detail::dense_stream<{widths[0]}, 1, {channels}>({seed_expr}, detail::kW1, detail::kB1, {target});")
+        return Plan(steps, span)
+    act = activation(i, "decltype(nb)::value", "blk")
+    steps += [f"detail::dense_fused<{widths[i - 1]}, {widths[i]}, {channels}>(",
+              f"    {source(i)}, detail::kW{i}, detail::kB{i}, detail::kW{d}, detail::kB{d}, {target},",
+              f"    [](auto nb, scalar* blk) noexcept {{ {act} }});"]
     return Plan(steps, span)
 
 

@@ -100,7 +100,7 @@ def test_cli_compiles_onnx_and_reports(tmp_path):
     result = _cbfc(tmp_path / "bike.onnx", "--inputs", 2, "-o", tmp_path / "out")
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "out" / "bike.hpp").is_file() and (tmp_path / "out" / "bike_abi.cpp").is_file()
-    for text in ("C_f = 2432", "C_df = 4799", "(m+1) C_df = 14397", "= 4817", "workspace 1024 bytes"):
+    for text in ("C_f = 2432", "C_df = 4799", "(m+1) C_df = 14397", "= 4817", "workspace 512 bytes"):
         assert text in result.stdout, result.stdout
 
 

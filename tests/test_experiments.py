@@ -10,9 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-# The experiments whose trained barrier is shipped in experiments/models/. bicycle and pendulum
-# are added here when their models are (issue 4 is open for them).
-EXPERIMENTS = ("vdp",)
+EXPERIMENTS = ("vdp", "bicycle", "pendulum")
 REQUIRED = ("min_constraint_filtered", "min_constraint_nominal", "violations_filtered", "violations_nominal",
             "qp_infeasible_steps", "runs", "steps", "wall_time_s")
 
@@ -38,6 +36,7 @@ def test_experiment_fast_mode(name, tmp_path, cxx):
     for key in ("condition_failures", "containment_failures", "coverage"):
         assert key in summary["verify"], key
     assert summary["violations_filtered"] == 0 and summary["min_constraint_filtered"] >= 0.0
+    assert summary["qp_infeasible_steps"] == 0 and summary["solver_errors"] == 0
     assert summary["violations_nominal"] > 0 and summary["min_constraint_nominal"] < 0.0
     assert summary["verify"]["condition_failures"] == 0 and summary["verify"]["containment_failures"] == 0
     assert summary["runs"] == 20

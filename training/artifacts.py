@@ -53,6 +53,18 @@ def write_model_files(directory: Path, barrier: MaskedBarrier) -> Path:
     return export_onnx(to_sequential(barrier, torch.float32), directory / ONNX_NAME, barrier.n)
 
 
+def expression_text(expr) -> str:
+    """A sympy expression as text with every float printed as the shortest repr that round-trips
+    the double (sympy's default prints 15 digits, which is not the constraint that was trained)."""
+    from sympy.printing.str import StrPrinter
+
+    class _Exact(StrPrinter):
+        def _print_Float(self, e):
+            return repr(float(e))
+
+    return _Exact().doprint(expr)
+
+
 def build_card(cfg, system, resolved, training: dict[str, Any],
                verification: dict[str, Any] | None = None) -> ModelCard:
     """The model card for a run (see model_card.ModelCard for the fields)."""
@@ -68,7 +80,7 @@ def build_card(cfg, system, resolved, training: dict[str, Any],
         input_names=list(system.input_names),
         u_min=[float(v) for v in resolved.u_min],
         u_max=[float(v) for v in resolved.u_max],
-        constraint={"system": system.name, "expression": str(system.constraint_expr),
+        constraint={"system": system.name, "expression": expression_text(system.constraint_expr),
                     "symbolic": str(system.symbolic.constraint), "safe_when": "constraint(x) >= 0"},
         order=int(cfg.order),
         class_k=class_k,

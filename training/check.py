@@ -1,7 +1,7 @@
 """The trainer's counterexample search: a dense float64 autograd check of the conditions.
 
-Each round draws fresh states (uniform over the domain, plus the states with the smallest
-|h| out of a larger uniform pool, where failures live), evaluates h and its exact Lie
+Each round draws fresh states (uniform over the domain, plus states on the edge of the
+certified set found by bisection, where failures live), evaluates h and its exact Lie
 derivatives in float64, and returns strict failures (what the verifier would count) and
 near failures (within half a margin): both become training counterexamples.
 """
@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .lie import lie_terms, psi1, residual
-from .samplers import ConstraintTools, system_terms, uniform
+from .samplers import ConstraintTools, level_set, system_terms, uniform
 
 
 @dataclass
@@ -31,11 +31,14 @@ class CheckResult:
     def failures(self) -> int:
         return self.condition_failures + self.containment_failures
 
-    def summary(self) -> dict[str, float]:
+    def summary(self) -> dict[str, float | None]:
+        """JSON-safe numbers (None where undefined, e.g. the worst value over an empty set)."""
+        def num(v: float) -> float | None:
+            return float(v) if np.isfinite(v) else None
         return {"n_checked": self.n_checked, "condition_failures": self.condition_failures,
-                "containment_failures": self.containment_failures, "worst_condition": self.worst_condition,
-                "worst_containment": self.worst_containment, "coverage": self.coverage,
-                "robust_failures": self.robust_failures}
+                "containment_failures": self.containment_failures, "robust_failures": self.robust_failures,
+                "worst_condition": num(self.worst_condition), "worst_containment": num(self.worst_containment),
+                "coverage": num(self.coverage)}
 
 
 def evaluate(barrier: torch.nn.Module, system, x: np.ndarray, cfg, u_min: np.ndarray, u_max: np.ndarray,
@@ -57,27 +60,37 @@ def evaluate(barrier: torch.nn.Module, system, x: np.ndarray, cfg, u_min: np.nda
     return {k: np.concatenate(v) for k, v in out.items()}
 
 
+def certified_value(barrier: torch.nn.Module, system, x: np.ndarray, cfg) -> np.ndarray:
+    """>= 0 exactly on the certified set: h (order 1) or min(h, psi1) (order 2), float64."""
+    xt = torch.as_tensor(x, dtype=next(barrier.parameters()).dtype)
+    if cfg.order == 1:
+        with torch.no_grad():
+            return barrier(xt).squeeze(-1).numpy()
+    terms = system_terms(system, x, 1)
+    t = lie_terms(barrier, xt, torch.as_tensor(terms["f"], dtype=xt.dtype), torch.as_tensor(terms["G"], dtype=xt.dtype),
+                  1, create_graph=False)
+    return torch.minimum(t.h, psi1(t, cfg.alpha1)).detach().numpy()
+
+
 def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: np.ndarray, hi: np.ndarray,
           u_min: np.ndarray, u_max: np.ndarray, rng: np.random.Generator) -> CheckResult:
     """Fresh dense check of containment and the (HO)CBF condition; see the module docstring."""
     xu = uniform(rng, lo, hi, cfg.check_samples)
     parts = [xu]
     if cfg.check_boundary:
-        pool = uniform(rng, lo, hi, 4 * cfg.check_boundary)
-        with torch.no_grad():
-            hp = barrier64(torch.as_tensor(pool)).squeeze(-1).numpy()
-        parts.append(pool[np.argsort(np.abs(hp))[:cfg.check_boundary]])
+        parts.append(level_set(lambda z: certified_value(barrier64, system, z, cfg), rng, lo, hi,
+                               cfg.check_boundary, iters=20))
     x = np.concatenate(parts)
     c = tools.constraint(x)
     ev = evaluate(barrier64, system, x, cfg, u_min, u_max)
     h, res, region, p1 = ev["h"], ev["res"], ev["region"], ev["psi1"]
     cont = (h >= 0) & (c < 0)
     cond = region & (res < 0)
-    # robust failures: the same tests on a slightly enlarged set {h >= -delta}, so a clean
-    # check leaves a buffer against states the next (independent) sample will hit
-    delta = 0.25 * min(cfg.band, cfg.unsafe_margin)
-    grown = (h >= -delta) & (p1 >= -delta)
-    robust = int((((h >= -delta) & (c < 0)) | (grown & (res < 0))).sum())
+    # robust failures: the same tests with half the trained margins (containment: h below
+    # -unsafe_margin/2 outside; condition: a quarter margin on a slightly enlarged set), so a
+    # clean check leaves a buffer against the states the next (independent) sample will hit
+    grown = np.minimum(h, p1) >= -0.25 * cfg.band
+    robust = int((((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (grown & (res < 0.25 * cfg.condition_margin))).sum())
     near_region = (h >= -0.5 * cfg.band) & (p1 >= -0.5 * cfg.band)
     near = ((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (near_region & (res < 0.5 * cfg.condition_margin))
     strict_idx = np.flatnonzero(cont | cond)

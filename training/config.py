@@ -40,8 +40,10 @@ class TrainConfig:
     activation: str = "relu"
     input_mask: list[int] | None = None                         # state indices the network sees
 
-    # labels: positives are constraint >= safe_fraction * max(constraint) AND backup-rollout safe
-    safe_fraction: float = 0.05
+    # labels: positives are states whose backup rollout keeps constraint >= safe_fraction * max;
+    # with label_lost, states whose rollout leaves the set are negatives (conservative)
+    safe_fraction: float = 0.1
+    label_lost: bool = False
     backup_horizon: float = 2.0                                 # [s]
     backup_dt: float = 0.01                                     # [s], RK4 with zero-order-hold input
     backup_hold: list[int] = field(default_factory=list)        # inputs the backup keeps at mid-box
@@ -49,28 +51,23 @@ class TrainConfig:
     # margins (h units; condition margin in h units per second)
     safe_margin: float = 0.05
     unsafe_margin: float = 0.05
-    condition_margin: float = 0.05
-    band: float = 0.1                   # condition trained where h >= -band (and psi1 >= -band)
+    condition_margin: float = 0.02
+    band: float = 0.1                   # a failing state may also be fixed by pushing h below -band
     # loss weights
     w_safe: float = 1.0
-    safe_decay: float = 0.8             # w_safe *= safe_decay per round after the expansion rounds
-    safe_floor: float = 0.1             # ... down to safe_floor * w_safe
     w_unsafe: float = 1.0
     w_condition: float = 1.0
-    w_shrink: float = 0.5               # pushes h below -band where the condition fails
-    w_expand: float = 0.05              # pushes h (and psi1) up on the rest of the constraint set
-    expand_rounds: int = 4              # expansion is active in the first expand_rounds rounds
 
     # data and optimisation
     n_uniform: int = 30_000
     n_boundary: int = 10_000
     batch_size: int = 2048
-    ce_fraction: float = 0.3            # share of each batch drawn from counterexamples
+    ce_fraction: float = 0.5            # share of each batch drawn from counterexamples
     steps_per_round: int = 300
     warm_start_steps: int = 300         # regress h onto the scaled constraint first
-    lr: float = 3e-3
+    lr: float = 1e-3
     lr_decay: float = 0.85              # per round, down to lr * lr_floor
-    lr_floor: float = 0.05
+    lr_floor: float = 0.2
     rounds: int = 20                    # counterexample-guided rounds (upper bound)
     min_rounds: int = 1
     clean_checks: int = 2               # stop after this many consecutive clean checks
@@ -163,14 +160,13 @@ def validate(cfg: TrainConfig, system) -> None:
     for name in ("gamma", "alpha1", "alpha2", "safe_margin", "unsafe_margin", "band", "lr", "backup_horizon",
                  "backup_dt", "max_time"):
         _positive(cfg, name)
-    for name in ("condition_margin", "w_safe", "w_unsafe", "w_condition", "w_shrink", "w_expand",
-                 "safe_fraction"):
+    for name in ("condition_margin", "w_safe", "w_unsafe", "w_condition", "safe_fraction"):
         _positive(cfg, name, allow_zero=True)
     if not 0 <= cfg.safe_fraction < 1:
         raise ConfigError(f"safe_fraction must be in [0, 1), got {cfg.safe_fraction}")
     if not 0 <= cfg.ce_fraction < 1:
         raise ConfigError(f"ce_fraction must be in [0, 1), got {cfg.ce_fraction}")
-    for name in ("lr_decay", "lr_floor", "safe_decay", "safe_floor"):
+    for name in ("lr_decay", "lr_floor"):
         value = getattr(cfg, name)
         if not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
@@ -180,7 +176,7 @@ def validate(cfg: TrainConfig, system) -> None:
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     for name in ("n_boundary", "steps_per_round", "warm_start_steps", "min_rounds", "check_boundary",
-                 "ce_neighbours", "ce_max_per_round", "expand_rounds", "seed"):
+                 "ce_neighbours", "ce_max_per_round", "seed"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")

@@ -23,10 +23,10 @@ class Pool:
     DfG: torch.Tensor | None
     pos: torch.Tensor
     neg: torch.Tensor
-    expand: torch.Tensor
+    lost: torch.Tensor
 
     @classmethod
-    def build(cls, system, x: np.ndarray, order: int, pos: np.ndarray, neg: np.ndarray, expand: np.ndarray,
+    def build(cls, system, x: np.ndarray, order: int, pos: np.ndarray, neg: np.ndarray, lost: np.ndarray,
               dtype: torch.dtype = torch.float32) -> "Pool":
         terms = system_terms(system, x, order)
 
@@ -35,7 +35,7 @@ class Pool:
 
         return cls(t(x), t(terms["f"]), t(terms["G"]), t(terms.get("Dff")), t(terms.get("DfG")),
                    torch.as_tensor(pos, dtype=torch.bool), torch.as_tensor(neg, dtype=torch.bool),
-                   torch.as_tensor(expand, dtype=torch.bool))
+                   torch.as_tensor(lost, dtype=torch.bool))
 
     def __len__(self) -> int:
         return int(self.x.shape[0])

@@ -20,17 +20,20 @@ from pathlib import Path
 
 from .config import TrainConfig
 
+PI = math.pi
 PRESETS: dict[str, TrainConfig] = {
     "vdp": TrainConfig(
         system="van_der_pol", hidden=[64, 64], activation="relu", order=1, gamma=1.0,
-        backup_horizon=2.0, backup_dt=0.02, rounds=12, seed=0),
+        backup_horizon=2.0, backup_dt=0.02, rounds=20, seed=0),
     "bicycle": TrainConfig(
-        system="bicycle", hidden=[32, 32], activation="relu", order=1, gamma=1.0, input_mask=[1, 2, 3],
-        domain_lo=[-10.0, -3.5, -math.pi / 3, 2.0], domain_hi=[10.0, 3.5, math.pi / 3, 15.0],
-        backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], rounds=30, seed=0),
+        system="bicycle", hidden=[32, 32], activation="relu", order=1, gamma=5.0, input_mask=[1, 2],
+        domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
+        backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], label_lost=True, safe_fraction=0.3,
+        w_condition=5.0, rounds=60, seed=0),
     "pendulum": TrainConfig(
-        system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=10.0,
-        input_mask=[0], backup_horizon=2.0, backup_dt=0.01, rounds=30, seed=0),
+        system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
+        input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
+        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0),
 }
 
 

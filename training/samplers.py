@@ -7,6 +7,14 @@ already lost.  ``backup_safe`` decides this with a rollout under a greedy backup
 derivative when the input does not reach the first -- relative degree 2); a state is a
 positive only if the constraint stays >= 0 over the horizon.  That under-approximates the
 viable set (the backup is not optimal), which is the safe direction for positive labels.
+
+Positives must also keep a gap to the edge of the viable set: on that edge even the best
+input only holds the constraint level, so a barrier condition with a margin cannot hold
+there.  The trainer therefore asks the rollout to stay above safe_fraction * max(constraint).
+States whose rollout leaves the set can optionally be labelled unsafe too: that is
+conservative where the backup is not optimal (the certified set shrinks there), and it
+removes the regions a local condition check only erodes slowly (a set that "looks"
+invariant pointwise but whose trajectories must leave it far away).
 """
 from __future__ import annotations
 
@@ -27,6 +35,28 @@ def grid(lo: np.ndarray, hi: np.ndarray, per_axis: int) -> np.ndarray:
     axes = [np.linspace(a, b, int(per_axis)) for a, b in zip(lo, hi)]
     mesh = np.meshgrid(*axes, indexing="ij")
     return np.stack([m.reshape(-1) for m in mesh], axis=-1)
+
+
+def level_set(value, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, count: int,
+              iters: int = 30) -> np.ndarray:
+    """``count`` states on the boundary of {value >= 0} in the box, on its inside (value >= 0).
+
+    Bisection between random pairs of uniform states, one inside and one outside, ``iters``
+    halvings (2^-30 of the segment by default).  The boundary is where a barrier condition is
+    tightest (alpha(h) = 0) and where a ReLU network's linear regions meet; a uniform sample
+    of the box puts almost no states there.  ``value``: states (B, n) -> (B,)."""
+    x = uniform(rng, lo, hi, 4 * int(count))
+    v = np.asarray(value(x))
+    inside, outside = x[v >= 0], x[v < 0]
+    if count == 0 or not len(inside) or not len(outside):
+        return np.empty((0, len(lo)))
+    a = inside[rng.integers(len(inside), size=count)]
+    b = outside[rng.integers(len(outside), size=count)]
+    for _ in range(iters):
+        mid = 0.5 * (a + b)
+        ok = (np.asarray(value(mid)) >= 0)[:, None]
+        a, b = np.where(ok, mid, a), np.where(ok, b, mid)
+    return a
 
 
 def neighbours(rng: np.random.Generator, x: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray,
@@ -62,35 +92,52 @@ class ConstraintTools:
         a1 = [sp.simplify(sum(grad[i] * s.G_expr[i, j] for i in range(s.n))) for j in range(s.m)]
         grad2 = [sp.diff(lfc, v) for v in xs]
         a2 = [sum(grad2[i] * s.G_expr[i, j] for i in range(s.n)) for j in range(s.m)]
+        lf2c = sum(g * fi for g, fi in zip(grad2, s.f_expr))
         self.first_order = [a != 0 for a in a1]       # input j reaches dc/dt directly
         self._grad = _vectorize(sp.lambdify(xs, grad, "numpy"), s.n)
-        self._lfc = _vectorize(sp.lambdify(xs, [lfc], "numpy"), 1)
+        self._lfc = _vectorize(sp.lambdify(xs, [lfc, lf2c], "numpy"), 2)
         self._a1 = _vectorize(sp.lambdify(xs, a1, "numpy"), s.m)
         self._a2 = _vectorize(sp.lambdify(xs, a2, "numpy"), s.m)
 
     def constraint(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(self.system.constraint(x), dtype=np.float64).reshape(len(x))
 
-    def distance(self, x: np.ndarray) -> np.ndarray:
-        """|c| / |grad c|: first-order distance to the constraint boundary."""
+    def signed_distance(self, x: np.ndarray) -> np.ndarray:
+        """c / |grad c|: first-order signed distance to the constraint boundary (> 0 inside)."""
         g = np.stack(self._grad(x), axis=-1)
-        return np.abs(self.constraint(x)) / np.maximum(np.linalg.norm(g, axis=-1), 1e-12)
+        return self.constraint(x) / np.maximum(np.linalg.norm(g, axis=-1), 1e-12)
+
+    def distance(self, x: np.ndarray) -> np.ndarray:
+        return np.abs(self.signed_distance(x))
 
     def backup_input(self, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                     hold: Sequence[int] = ()) -> np.ndarray:
-        """Greedy backup.  An input that reaches dc/dt goes to the bound that raises dc/dt.  One
-        that only reaches d2c/dt2 drives dc/dt toward 0: it raises d2c/dt2 while c decreases
-        (brake the outward motion) and lowers it while c increases (stop the inward motion
-        before it overshoots to the far side).  Box midpoint on ties and for held inputs."""
+                     hold: Sequence[int] = (), rate: float = 20.0) -> np.ndarray:
+        """Greedy backup.  An input that reaches dc/dt goes to the bound that raises dc/dt.  The
+        inputs that only reach d2c/dt2 drive dc/dt to 0 at ``rate`` [1/s]: d2c/dt2 = -rate dc/dt
+        (min-norm over those inputs, then clipped to the box) -- full braking while the state
+        moves outward fast, stop the inward motion before it overshoots to the far side, and
+        hold still (e.g. against gravity) in between.  A smooth law, not bang-bang: chattering
+        under a zero-order hold drifts where the drift is asymmetric (a pendulum held against
+        gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint."""
         a1 = np.stack(self._a1(x), axis=-1)
         a2 = np.stack(self._a2(x), axis=-1)
-        lfc = self._lfc(x)[0]
-        damp = np.where(lfc > 0, -1.0, 1.0)[:, None]
-        score = np.where((np.asarray(self.first_order)[None, :]) & (a1 != 0), a1, a2 * damp)
+        lfc, lf2c = self._lfc(x)
         mid = 0.5 * (u_min + u_max)
-        u = np.where(score > 0, u_max, np.where(score < 0, u_min, mid))
-        if hold:
-            u[:, list(hold)] = mid[list(hold)]
+        free = np.ones(len(mid), dtype=bool)
+        free[list(hold)] = False
+        first = np.asarray(self.first_order) & free
+        second = ~np.asarray(self.first_order) & free
+        u = np.broadcast_to(mid, a1.shape).copy()
+        if first.any():
+            u[:, first] = np.where(a1[:, first] > 0, u_max[first], np.where(a1[:, first] < 0, u_min[first],
+                                                                            mid[first]))
+        if second.any():
+            b = a2[:, second]
+            rest = lf2c + (a2[:, ~second] * u[:, ~second]).sum(-1) + (b * mid[second]).sum(-1)
+            need = -rate * lfc - rest                      # wanted change of b.u around mid
+            norm = np.maximum((b * b).sum(-1), 1e-300)
+            step = b * (need / norm)[:, None]
+            u[:, second] = np.clip(mid[second] + step, u_min[second], u_max[second])
         return u
 
 
@@ -104,18 +151,16 @@ def near_boundary(rng: np.random.Generator, tools: ConstraintTools, lo: np.ndarr
     return pool[order[:count]]
 
 
-def backup_safe(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0) -> np.ndarray:
-    """True where the constraint stays >= level for ``horizon`` seconds under the greedy backup
-    (RK4, input held constant over each dt step).  Only still-safe states are integrated.
-
-    The trainer uses level > 0 (the inner set): positives then keep a gap to the edge of
-    the viable set, which a barrier condition with a margin needs (on that edge even the
-    best input only holds the constraint level, so no margin is possible there)."""
+def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
+                  horizon: float, dt: float, hold: Sequence[int] = ()) -> np.ndarray:
+    """The smallest constraint value along a ``horizon``-second rollout of the greedy backup
+    from each state (RK4, input held over each dt step); a rollout stops at its first
+    negative value, so < 0 means "the backup leaves the set" and >= level means "it keeps
+    the constraint above level throughout"."""
     system = tools.system
     x = np.array(x, dtype=np.float64)
-    safe = tools.constraint(x) >= level
-    alive = np.flatnonzero(safe)
+    low = tools.constraint(x)
+    alive = np.flatnonzero(low >= 0)
     state = x[alive]
     for _ in range(int(np.ceil(horizon / dt))):
         if len(alive) == 0:
@@ -130,11 +175,19 @@ def backup_safe(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max:
         k3 = rhs(state + 0.5 * dt * k2)
         k4 = rhs(state + dt * k3)
         state = state + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        ok = np.all(np.isfinite(state), axis=-1)
-        ok[ok] = tools.constraint(state[ok]) >= level
-        safe[alive[~ok]] = False
-        alive, state = alive[ok], state[ok]
-    return safe
+        c = np.full(len(state), -np.inf)
+        finite = np.all(np.isfinite(state), axis=-1)
+        c[finite] = tools.constraint(state[finite])
+        low[alive] = np.minimum(low[alive], c)
+        keep = c >= 0
+        alive, state = alive[keep], state[keep]
+    return low
+
+
+def backup_safe(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
+                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0) -> np.ndarray:
+    """True where the greedy backup keeps the constraint >= level for ``horizon`` seconds."""
+    return backup_margin(tools, x, u_min, u_max, horizon, dt, hold) >= level
 
 
 def system_terms(system, x: np.ndarray, order: int) -> dict[str, np.ndarray]:

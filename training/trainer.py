@@ -1,12 +1,14 @@
 """Counterexample-guided training of a neural CBF for any plant in ``systems``.
 
 Loop: (1) label a pool of states (uniform + near the constraint boundary): positives are
-in the inner set AND backup-rollout safe, negatives violate the constraint; (2) warm-start
-h on the scaled constraint; (3) rounds of hinge-loss training followed by a fresh dense
-float64 check whose failures (and their neighbours) join the training set; stop when a
-check finds none (after the expansion rounds), or at the round / time limit -- then the
-remaining failures are reported as they are; (4) export, verify the *compiled* barrier
-with ``training.verify`` and write the outputs atomically.
+states whose backup rollout keeps the constraint above safe_fraction * max, negatives
+violate the constraint (and, with label_lost, states the rollout cannot save); (2)
+warm-start h on a clipped signed distance to the constraint boundary; (3) rounds of
+hinge-loss training, each followed by a fresh dense float64 check whose failures (and
+their neighbours) join the training set; stop after ``clean_checks`` consecutive checks
+without (robust) failures, or at the round / time limit -- the network with the fewest
+failures is kept and whatever remains is reported, not hidden; (4) export, verify the
+*compiled* barrier with ``training.verify`` and write the outputs atomically.
 """
 from __future__ import annotations
 
@@ -23,12 +25,12 @@ import torch
 
 from .artifacts import CARD_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
 from .check import CheckResult, check
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
 from .lie import lie_terms
 from .losses import barrier_loss
 from .network import MaskedBarrier
 from .pool import Pool, merge_batches
-from .samplers import ConstraintTools, backup_safe, near_boundary, neighbours, uniform
+from .samplers import ConstraintTools, backup_margin, near_boundary, neighbours, uniform
 
 CE_CAP = 100_000     # counterexample states kept (newest first)
 
@@ -56,29 +58,40 @@ def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.r
     c = tools.constraint(x)
     cmax = float(max(c.max(), tools.constraint(uniform(rng, lo, hi, 100_000)).max()))
     if cmax <= 0:
-        raise ValueError(f"{system.name}: the constraint is negative on all sampled states of the domain "
-                         f"[{list(lo)}, {list(hi)}]; nothing to certify")
-    inner = c >= cfg.safe_fraction * cmax
-    safe = np.zeros(len(x), dtype=bool)
-    safe[inner] = backup_safe(tools, x[inner], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
-                              cfg.backup_hold, level=cfg.safe_fraction * cmax)
-    pool = Pool.build(system, x, cfg.order, pos=safe, neg=c < 0, expand=inner & ~safe)
+        raise ConfigError(f"domain: the {system.name} constraint is negative on all sampled states of "
+                          f"[{list(lo)}, {list(hi)}]; nothing to certify")
+    low = np.full(len(x), -np.inf)
+    inside = c >= 0
+    low[inside] = backup_margin(tools, x[inside], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
+                                cfg.backup_hold)
+    lost = inside & (low < 0) if cfg.label_lost else np.zeros(len(x), dtype=bool)
+    pool = Pool.build(system, x, cfg.order, pos=low >= cfg.safe_fraction * cmax, neg=~inside, lost=lost)
     return pool, cmax
 
 
-def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cmax: float, cfg: TrainConfig,
+def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg: TrainConfig,
                 gen: torch.Generator) -> None:
-    """Regress h on clip(constraint / max, -1, 1): a sensible shape and scale to start from."""
+    """Regress h on a clipped first-order signed distance to the constraint boundary,
+    clip(d / d_ref, -1, 1) with d = c / |grad c| and d_ref the median d inside: a plateau
+    with straight-to-convex flanks.  A start near zero everywhere tends to end with an empty
+    set; a start on c itself (a parabola for quadratic constraints) carries curvature at
+    every level, which the HOCBF condition punishes (h'' theta_dot^2).  Its own schedule:
+    Adam from 10x the training rate, decayed to 1x."""
     if cfg.warm_start_steps == 0:
         return
-    target = torch.as_tensor(np.clip(tools.constraint(pool.x.double().numpy()) / cmax, -1, 1), dtype=torch.float32)
-    opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
+    x = pool.x.double().numpy()
+    d = tools.signed_distance(x)
+    d_ref = float(np.median(d[d > 0])) if np.any(d > 0) else 1.0
+    target = torch.as_tensor(np.clip(d / d_ref, -1, 1), dtype=torch.float32)
+    opt = torch.optim.Adam(barrier.parameters(), lr=10 * cfg.lr)
+    sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.1 ** (1 / cfg.warm_start_steps))
     for _ in range(cfg.warm_start_steps):
         idx = torch.randint(len(pool), (cfg.batch_size,), generator=gen)
         loss = torch.mean((barrier(pool.x[idx]).squeeze(-1) - target[idx]) ** 2)
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sched.step()
 
 
 def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarray, rng) -> Pool | None:
@@ -87,19 +100,25 @@ def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarra
     x = neighbours(rng, x, cfg.ce_neighbours, res.lo, res.hi)
     c = tools.constraint(x)
     none = np.zeros(len(x), dtype=bool)
-    return Pool.build(system, x, cfg.order, pos=none, neg=c < 0, expand=none)
+    return Pool.build(system, x, cfg.order, pos=none, neg=c < 0, lost=none)
 
 
 def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool, ce: Pool | None,
-                 cfg: TrainConfig, res, expand: bool, gen: torch.Generator, w_safe: float) -> dict[str, float]:
+                 recent: Pool | None, cfg: TrainConfig, res, gen: torch.Generator) -> dict[str, float]:
+    """One round of Adam steps; batches mix the labelled pool, all counterexamples so far and
+    (half of the counterexample share) the newest ones, so fresh failures are not diluted."""
     n_ce = int(cfg.ce_fraction * cfg.batch_size) if ce is not None and len(ce) else 0
+    n_new = n_ce // 2 if recent is not None and len(recent) else 0
+    n_ce -= n_new
     totals: dict[str, float] = {}
     for _ in range(cfg.steps_per_round):
         batch = pool.batch(torch.randint(len(pool), (cfg.batch_size - n_ce,), generator=gen))
         if n_ce:
             batch = merge_batches(batch, ce.batch(torch.randint(len(ce), (n_ce,), generator=gen)))
+        if n_new:
+            batch = merge_batches(batch, recent.batch(torch.randint(len(recent), (n_new,), generator=gen)))
         t = lie_terms(barrier, batch.x, batch.f, batch.G, cfg.order, batch.Dff, batch.DfG, create_graph=True)
-        loss, parts = barrier_loss(t, batch, cfg, res.u_min, res.u_max, expand, w_safe)
+        loss, parts = barrier_loss(t, batch, cfg, res.u_min, res.u_max)
         opt.zero_grad()
         loss.backward()
         opt.step()
@@ -114,6 +133,7 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
 
     opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
     ce: Pool | None = None
+    recent: Pool | None = None
     history: list[dict[str, float]] = []
     best: tuple[int, MaskedBarrier, CheckResult] | None = None
     bar = tqdm(range(cfg.rounds), desc=f"train {cfg.system}", disable=not _progress_enabled(progress),
@@ -124,33 +144,27 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
     for r in bar:
         for group in opt.param_groups:
             group["lr"] = cfg.lr * max(cfg.lr_decay ** r, cfg.lr_floor)
-        expand = r < cfg.expand_rounds
-        # repair rounds: positives lose weight geometrically, so conditions the labels make
-        # unattainable (for this network, margin and gains) win and the set shrinks there
-        w_safe = cfg.w_safe * max(cfg.safe_decay ** max(r - cfg.expand_rounds + 1, 0), cfg.safe_floor)
-        parts = _train_round(barrier, opt, pool, ce, cfg, res, expand, gen, w_safe)
+        parts = _train_round(barrier, opt, pool, ce, recent, cfg, res, gen)
         b64 = copy.deepcopy(barrier).double()
         last = check(b64, system, tools, cfg, res.lo, res.hi, res.u_min, res.u_max,
                      np.random.default_rng([cfg.seed, 7, r]))
         rounds_done = r + 1
-        history.append({"round": r, "time_s": round(time.perf_counter() - t0, 3), "expand": expand, "w_safe": w_safe,
-                        **{f"loss_{k}": v for k, v in parts.items()}, **last.summary()})
+        history.append({"round": r, "time_s": round(time.perf_counter() - t0, 3), **{f"loss_{k}": v for k, v in parts.items()}, **last.summary()})
         bar.set_postfix(cond=last.condition_failures, cont=last.containment_failures,
                         cov=f"{last.coverage:.3f}")
         score = last.failures + last.robust_failures
-        if not expand and (best is None or score <= best[0]):
+        if best is None or score <= best[0]:
             best = (score, copy.deepcopy(barrier), last)
-        clean = clean + 1 if (score == 0 and not expand) else 0
+        clean = clean + 1 if score == 0 else 0
         if clean >= cfg.clean_checks and rounds_done >= cfg.min_rounds:
             break
         if time.perf_counter() - t0 > cfg.max_time:
             break
         extra = _ce_pool(system, tools, cfg, res, last.counterexamples, np.random.default_rng([cfg.seed, 11, r]))
+        recent = extra
         if extra is not None:
             ce = extra if ce is None else ce.extend(extra, CE_CAP)
     bar.close()
-    if best is None:      # stopped during the expansion rounds: use what we have
-        best = (last.failures + last.robust_failures, copy.deepcopy(barrier), last)
     return best[1], best[2], history, rounds_done
 
 
@@ -178,11 +192,12 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     pool, cmax = _label_pool(system, tools, config, res, rng)
     barrier = MaskedBarrier(system.n, res.mask, config.hidden, config.activation, seed=config.seed,
                             center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2)
-    _warm_start(barrier, pool, tools, cmax, config, gen)
+    _warm_start(barrier, pool, tools, config, gen)
     barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress)
     train_time = time.perf_counter() - t0
     training = {"time_s": round(train_time, 3), "rounds": rounds, "final_check": final.summary(),
                 "history": history, "n_positive": int(pool.pos.sum()), "n_negative": int(pool.neg.sum()),
+                "n_lost": int(pool.lost.sum()),
                 "constraint_max": cmax, "torch": torch.__version__,
                 "note": "final_check: the trainer's float64 autograd check of the returned network"}
     card = build_card(config, system, res, training)
@@ -195,7 +210,8 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
         with tempfile.TemporaryDirectory() as tmp:
             verification = _export_and_verify(Path(tmp), barrier, card, config, verify)
         out = None
-    passed = final.failures == 0 and (verification is None or bool(verification["passed"]))
+    nonempty = (final.coverage or 0.0) > 0.0
+    passed = final.failures == 0 and nonempty and (verification is None or bool(verification["passed"]))
     return TrainResult(barrier, card.to_dict(), out, passed, train_time, rounds, history, final.summary(),
                        verification)
 

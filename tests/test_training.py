@@ -1,0 +1,217 @@
+"""training/: box-bound supremum, config and model-card validation, input-mask export,
+atomic outputs, and a short end-to-end run whose compiled barrier passes the verifier."""
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from systems import get_system
+from training.artifacts import build_card
+from training.cli import main as cli_main
+from training.config import ConfigError, TrainConfig
+from training.lie import box_sup, lie_terms
+from training.model_card import CardError, ModelCard
+from training.network import MaskedBarrier, export_onnx, to_sequential
+from training.samplers import system_terms
+
+QUICK_VDP = dict(system="van_der_pol", hidden=[16, 16], activation="relu", gamma=1.0, n_uniform=6000,
+                 n_boundary=2000, steps_per_round=150, warm_start_steps=300, rounds=12, check_samples=100_000,
+                 check_boundary=20_000, verify_samples=30_000, backup_dt=0.05, batch_size=1024, seed=1)
+
+
+# ----------------------------------------------------------------------------- box supremum
+
+@pytest.mark.parametrize("m", [1, 2, 3])
+def test_box_sup_equals_best_corner(m: int) -> None:
+    rng = np.random.default_rng(m)
+    a = rng.normal(size=50)
+    b = rng.normal(size=(50, m))
+    b[::7, 0] = 0.0                                          # ties: any bound is optimal
+    lo = -rng.uniform(0.1, 3, size=m)
+    hi = rng.uniform(-0.05, 3, size=m)                       # boxes not centred on 0
+    hi = np.maximum(hi, lo + 0.1)
+    corners = np.array(list(itertools.product(*zip(lo, hi))))            # (2^m, m)
+    brute = (a[:, None] + b @ corners.T).max(axis=1)
+    np.testing.assert_allclose(box_sup(a, b, lo, hi), brute, rtol=0, atol=1e-12)
+    inner = rng.uniform(lo, hi, size=(200, m))                           # no interior point beats it
+    assert np.all(a[:, None] + b @ inner.T <= box_sup(a, b, lo, hi)[:, None] + 1e-12)
+    torch_val = box_sup(torch.tensor(a), torch.tensor(b), lo, hi).numpy()
+    np.testing.assert_allclose(torch_val, brute, rtol=0, atol=1e-12)
+
+
+def test_level_set_points_lie_on_the_boundary_from_inside() -> None:
+    from training.samplers import level_set
+    lo, hi = np.array([-2.0, -2.0]), np.array([2.0, 2.0])
+    disk = lambda x: 1.0 - np.hypot(x[:, 0], x[:, 1])             # noqa: E731
+    pts = level_set(disk, np.random.default_rng(0), lo, hi, 500)
+    assert pts.shape == (500, 2) and np.all(disk(pts) >= 0)
+    assert np.max(np.abs(disk(pts))) < 1e-7                       # 30 halvings of a <= 4*sqrt(2) segment
+    angles = np.arctan2(pts[:, 1], pts[:, 0])                     # spread around the circle, not clustered
+    assert np.histogram(angles, bins=8, range=(-np.pi, np.pi))[0].min() > 20
+    assert level_set(lambda x: -np.ones(len(x)), np.random.default_rng(0), lo, hi, 10).shape == (0, 2)
+
+
+# ----------------------------------------------------------------------------- config
+
+def test_config_validation_names_the_field() -> None:
+    pend = get_system("inverted_pendulum")
+    with pytest.raises(ConfigError, match="activation 'relu'.*order 2"):
+        TrainConfig(system="inverted_pendulum", order=2, activation="relu", input_mask=[0]).resolve(pend)
+    with pytest.raises(ConfigError, match="theta_dot"):
+        TrainConfig(system="inverted_pendulum", order=2, activation="softplus").resolve(pend)
+    with pytest.raises(ConfigError, match="gamma"):
+        TrainConfig(system="van_der_pol", gamma=-1.0).resolve(get_system("van_der_pol"))
+    with pytest.raises(ConfigError, match="input_mask"):
+        TrainConfig(system="van_der_pol", input_mask=[0, 5]).resolve(get_system("van_der_pol"))
+    with pytest.raises(ConfigError, match="domain_lo"):
+        TrainConfig(system="van_der_pol", domain_lo=[0, 0], domain_hi=[1, -1]).resolve(get_system("van_der_pol"))
+    with pytest.raises(ConfigError, match="unknown config fields"):
+        TrainConfig.from_dict({"system": "van_der_pol", "learning_rate": 1.0})
+    with pytest.raises(ConfigError, match="system"):
+        TrainConfig(system="segway").build_system()
+    cfg = TrainConfig(system="bicycle", input_mask=[1, 2], params={"w": 2.0})
+    assert TrainConfig.from_dict(json.loads(json.dumps(cfg.to_dict()))) == cfg
+
+
+# ----------------------------------------------------------------------------- model card
+
+def _card() -> ModelCard:
+    cfg = TrainConfig(system="inverted_pendulum", order=2, activation="softplus", input_mask=[0],
+                      alpha1=2.0, alpha2=40.0)
+    system = cfg.build_system()
+    return build_card(cfg, system, cfg.resolve(system), training={"time_s": 1.0})
+
+
+def test_model_card_round_trip(tmp_path: Path) -> None:
+    card = _card()
+    path = tmp_path / "model.json"
+    text = card.to_json(path)
+    assert ModelCard.from_json(path) == card
+    assert ModelCard.from_json(text) == card
+    data = json.loads(text)
+    assert data["constraint"]["expression"] == "0.6168502750680849 - theta**2"
+    assert data["network"]["widths"] == [2, 32, 32, 1] and data["network"]["input_mask"] == [0]
+    assert data["class_k"] == {"kind": "linear", "alpha1": 2.0, "alpha2": 40.0}
+
+
+@pytest.mark.parametrize("mutate, field", [
+    (lambda d: d.pop("order"), "'order' is missing"),
+    (lambda d: d.update(order=3), "order must be 1 or 2"),
+    (lambda d: d["class_k"].pop("alpha2"), "class_k.alpha2 is missing"),
+    (lambda d: d.update(u_min=[1.0, 2.0]), "u_min must be a list of 1"),
+    (lambda d: d["network"].update(widths=[3, 32, 1]), "network.widths must start with the state dimension 2"),
+    (lambda d: d.update(domain_hi=[0.0, float("nan")]), r"domain_hi\[1\] must be a finite number"),
+    (lambda d: d["constraint"].update(system="acc"), "constraint.system"),
+    (lambda d: d.update(colour="red"), "unknown fields"),
+])
+def test_model_card_validation_errors(mutate, field: str) -> None:
+    data = _card().to_dict()
+    mutate(data)
+    with pytest.raises(CardError, match=field):
+        ModelCard.from_dict(data)
+    with pytest.raises(CardError, match="not valid JSON"):
+        ModelCard.from_json("{not json")
+
+
+# ----------------------------------------------------------------------------- input mask
+
+@pytest.mark.toolchain
+def test_input_mask_exports_zero_column_and_compiles(tmp_path: Path, cxx: str) -> None:
+    from cbfsim.runtime import compile_barrier
+    system = get_system("inverted_pendulum")
+    lo, hi = system.domain
+    barrier = MaskedBarrier(2, [0], [8, 8], "softplus", seed=0, center=(lo + hi) / 2, half_width=(hi - lo) / 2)
+    seq = to_sequential(barrier)
+    w1 = seq[0].weight.detach()
+    assert w1.shape == (8, 2) and torch.all(w1[:, 1] == 0)
+    x = torch.as_tensor(np.random.default_rng(0).uniform(lo, hi, size=(64, 2)), dtype=torch.float32)
+    torch.testing.assert_close(seq(x), barrier(x), rtol=1e-5, atol=1e-6)
+    path = export_onnx(seq, tmp_path / "mask.onnx", 2)
+    lib = compile_barrier(str(path), inputs=1, order=2)
+    xs = x.double().numpy()
+    terms = system_terms(system, xs, 2)
+    h, Lf, LG, Lf2, LGLf = lib.lie2(xs, terms["f"], terms["G"], terms["Dff"], terms["DfG"])
+    assert np.all(LG == 0.0)                                    # relative degree 2, exactly
+    ref = lie_terms(barrier.double(), torch.as_tensor(xs), *(torch.as_tensor(terms[k]) for k in ("f", "G")),
+                    2, torch.as_tensor(terms["Dff"]), torch.as_tensor(terms["DfG"]), create_graph=False)
+    for got, want in ((h, ref.h), (Lf, ref.Lf), (Lf2, ref.Lf2), (LGLf, ref.LGLf)):
+        np.testing.assert_allclose(got, want.detach().numpy().reshape(np.shape(got)), rtol=1e-4, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- atomic outputs
+
+def test_failed_run_leaves_no_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import training.artifacts as artifacts
+    from training.trainer import train_barrier
+
+    def broken_export(*args, **kwargs):
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(artifacts, "export_onnx", broken_export)
+    out = tmp_path / "run"
+    cfg = TrainConfig(**{**QUICK_VDP, "rounds": 1, "steps_per_round": 10, "warm_start_steps": 10})
+    with pytest.raises(RuntimeError, match="disk full"):
+        train_barrier(cfg, out, progress=False, verify=False)
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []                       # no temp directory left behind
+    out.mkdir()
+    (out / "keep.txt").write_text("old")
+    with pytest.raises(FileExistsError, match="overwrite"):
+        train_barrier(cfg, out, progress=False, verify=False)
+    assert (out / "keep.txt").read_text() == "old"
+
+
+# ----------------------------------------------------------------------------- end to end
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory, cxx: str):
+    from training.trainer import train_barrier
+    out = tmp_path_factory.mktemp("vdp") / "run"
+    return train_barrier(TrainConfig(**QUICK_VDP), out, progress=False), out
+
+
+@pytest.mark.toolchain
+def test_short_training_passes_the_verifier(trained) -> None:
+    from training.verify import verify
+    result, out = trained
+    assert result.passed and result.final_check["condition_failures"] == 0
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "model.onnx", "state_dict.pt"]
+    card = ModelCard.from_json(out / "model.json")
+    assert card.verification["passed"] and card.training["time_s"] > 0
+    report = verify(out / "model.onnx", out / "model.json", grid=301)          # an independent dense grid
+    assert report.method == "grid" and report.n_boundary == 301 ** 2 // 2
+    assert report.n_states == 301 ** 2 + report.n_boundary
+    assert report.condition_failures == 0 and report.containment_failures == 0
+    assert report.coverage > 0.5
+    state = torch.load(out / "state_dict.pt")
+    assert isinstance(state, dict) and "net.0.weight" in state
+
+
+@pytest.mark.toolchain
+def test_cli_verify_and_errors(trained, capsys: pytest.CaptureFixture) -> None:
+    _, out = trained
+    assert cli_main(["verify", str(out / "model.onnx"), str(out / "model.json"), "--samples", "20000"]) == 0
+    assert "PASS" in capsys.readouterr().out
+    assert cli_main(["train", "--system", "inverted_pendulum", "--order", "2", "--activation", "relu",
+                     "--out", str(out.parent / "bad")]) == 2
+    assert "order 2" in capsys.readouterr().err
+    assert not (out.parent / "bad").exists()
+
+
+def test_cli_help_and_presets(capsys: pytest.CaptureFixture) -> None:
+    with pytest.raises(SystemExit) as info:
+        cli_main(["train", "--help"])
+    assert info.value.code == 0
+    text = capsys.readouterr().out
+    for flag in ("--system", "--widths", "--activation", "--order", "--gamma", "--alpha1", "--out", "--seed",
+                 "--rounds", "--quick", "--input-mask"):
+        assert flag in text
+    assert cli_main(["presets"]) == 0
+    assert {"vdp", "bicycle", "pendulum"} <= {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
+    assert math.isfinite(1.0)

@@ -1,0 +1,188 @@
+"""Command line: ``python -m training.cli {train,verify,presets} ...`` (see --help of each).
+
+Exit status: 0 when the barrier passes (trainer check and compiled verifier clean), 1 when
+failures remain (the outputs are still written, with the failures in model.json), 2 on
+usage or configuration errors.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Sequence
+
+QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
+             check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
+
+
+def _floats(text: str) -> list[float]:
+    return [float(v) for v in text.split(",") if v.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def _param(text: str) -> tuple[str, float]:
+    if "=" not in text:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    name, value = text.split("=", 1)
+    return name.strip(), float(value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.cli",
+        description="Train and verify neural control barrier functions for the plants in systems/.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    t = sub.add_parser("train", help="train a barrier, verify the compiled model, write model.onnx/json",
+                       description="Counterexample-guided training of a neural CBF.  Starts from --preset or "
+                                   "--config (JSON TrainConfig) or defaults; any flag given overrides it.  "
+                                   "Writes OUT/model.onnx, OUT/state_dict.pt and OUT/model.json atomically.")
+    t.add_argument("--preset", help="start from a shipped config: vdp, bicycle or pendulum")
+    t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig")
+    t.add_argument("--system", help="plant name from systems (van_der_pol, bicycle, inverted_pendulum, acc, "
+                                    "unicycle, double_integrator)")
+    t.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+                   help="override a system parameter (repeatable), e.g. --param mu=1.5")
+    t.add_argument("--widths", type=_ints, metavar="W1,W2,...", help="hidden layer widths, e.g. 64,64")
+    t.add_argument("--activation", help="relu, softplus, tanh, ... (order 2 needs a smooth one)")
+    t.add_argument("--order", type=int, choices=(1, 2), help="1: CBF; 2: HOCBF (needs L_G h == 0: use --input-mask)")
+    t.add_argument("--gamma", type=float, help="order 1 class-K gain: alpha(h) = gamma h")
+    t.add_argument("--alpha1", type=float, help="order 2: psi1 = L_f h + alpha1 h")
+    t.add_argument("--alpha2", type=float, help="order 2: d/dt psi1 >= -alpha2 psi1")
+    t.add_argument("--input-mask", type=_ints, metavar="I,J,...", help="state indices the network sees")
+    t.add_argument("--domain-lo", type=_floats, metavar="X1,X2,...", help="training box lower corner")
+    t.add_argument("--domain-hi", type=_floats, metavar="X1,X2,...", help="training box upper corner")
+    t.add_argument("--u-min", type=_floats, help="input lower bounds (default: the system's)")
+    t.add_argument("--u-max", type=_floats, help="input upper bounds (default: the system's)")
+    t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
+    t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
+    t.add_argument("--seed", type=int, help="seed for torch and numpy")
+    t.add_argument("--quick", action="store_true", help="small budgets for a smoke test (minutes -> seconds)")
+    t.add_argument("--out", type=Path, required=True, help="output directory")
+    t.add_argument("--force", action="store_true", help="replace an existing output directory")
+    t.add_argument("--no-verify", action="store_true", help="skip the compiled verifier (no C++ compiler needed)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar")
+    t.add_argument("--ship", metavar="NAME", help="if it passes, also copy the result to MODELS_DIR/NAME.onnx and "
+                                                   "MODELS_DIR/NAME.json")
+    t.add_argument("--models-dir", type=Path, default=Path("experiments/models"), help="where --ship copies to")
+
+    v = sub.add_parser("verify", help="verify a compiled barrier against its model card",
+                       description="Compile model.onnx and check, on seeded uniform samples (or a grid) of the "
+                                   "card's domain: containment (h >= 0 implies constraint >= 0), the CBF/HOCBF "
+                                   "condition under the input box, and coverage.  Pointwise, not a proof.")
+    v.add_argument("model", type=Path, help="model.onnx (or a directory holding it)")
+    v.add_argument("card", type=Path, help="model.json")
+    v.add_argument("--samples", type=int, default=200_000, help="uniform samples (default 200000)")
+    v.add_argument("--grid", type=int, help="use a full grid with this many points per axis instead")
+    v.add_argument("--seed", type=int, default=None, help="sampling seed (default: the verifier's)")
+    v.add_argument("--json", action="store_true", help="print the full report as JSON")
+
+    sub.add_parser("presets", help="list the shipped training presets")
+    return parser
+
+
+def _config_from_args(args: argparse.Namespace):
+    from .config import ConfigError, TrainConfig
+    from .presets import preset
+    if args.preset and args.config:
+        raise ConfigError("give --preset or --config, not both")
+    if args.preset:
+        cfg = preset(args.preset)
+    elif args.config:
+        cfg = TrainConfig.from_dict(json.loads(args.config.read_text()))
+    elif args.system:
+        cfg = TrainConfig(system=args.system)
+    else:
+        raise ConfigError("give --system, --preset or --config")
+    changes = {}
+    for flag, field in (("system", "system"), ("activation", "activation"), ("order", "order"),
+                        ("gamma", "gamma"), ("alpha1", "alpha1"), ("alpha2", "alpha2"),
+                        ("input_mask", "input_mask"), ("domain_lo", "domain_lo"), ("domain_hi", "domain_hi"),
+                        ("u_min", "u_min"), ("u_max", "u_max"), ("rounds", "rounds"),
+                        ("max_time", "max_time"), ("seed", "seed"), ("widths", "hidden")):
+        value = getattr(args, flag)
+        if value is not None:
+            changes[field] = value
+    if args.param:
+        changes["params"] = {**cfg.params, **dict(args.param)}
+    if args.quick:
+        changes = {**QUICK, **changes}
+    return cfg.replace(**changes)
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .presets import ship
+    from .trainer import train_barrier
+    cfg = _config_from_args(args)
+    result = train_barrier(cfg, args.out, overwrite=args.force, verify=not args.no_verify,
+                           progress=False if args.no_progress else None)
+    check = result.final_check
+    print(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}")
+    print(f"  trainer check ({check['n_checked']} states, float64): condition failures "
+          f"{check['condition_failures']}, containment failures {check['containment_failures']}")
+    _print_verification(result.verification)
+    if args.ship and result.passed:
+        onnx_path, card_path = ship(args.out, args.models_dir, args.ship)
+        print(f"  shipped {onnx_path} and {card_path}")
+    elif args.ship:
+        print(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
+    return 0 if result.passed else 1
+
+
+def _print_verification(v: dict | None) -> None:
+    if v is None:
+        print("  verifier: skipped")
+        return
+    print(f"  verifier ({v['n_states']} {v['method']} states, compiled float32): condition failures "
+          f"{v['condition_failures']}, containment failures {v['containment_failures']}, "
+          f"coverage {v['coverage']:.3f} (safe set {v['coverage_safe_set']:.3f}) -> "
+          f"{'PASS' if v['passed'] else 'FAIL'}")
+    if v.get("coverage_backup_safe") is not None:
+        print(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
+              f"{v['coverage_backup_safe']:.3f} of them certified")
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from .verify import DEFAULT_SEED, verify
+    report = verify(args.model, args.card, samples=args.samples, grid=args.grid,
+                    seed=DEFAULT_SEED if args.seed is None else args.seed)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        _print_verification(report.to_dict())
+        for kind in ("condition_examples", "containment_examples"):
+            for ex in getattr(report, kind):
+                print(f"    {kind[:-9]} failure at x={ex['x']}: {ex}")
+    return 0 if report.passed else 1
+
+
+def _presets() -> int:
+    from .presets import PRESETS
+    for name, cfg in PRESETS.items():
+        print(f"{name}: system={cfg.system} order={cfg.order} hidden={cfg.hidden} activation={cfg.activation} "
+              f"input_mask={cfg.input_mask}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from .config import ConfigError
+    from .model_card import CardError
+    try:
+        if args.command == "train":
+            return _train(args)
+        if args.command == "verify":
+            return _verify(args)
+        return _presets()
+    except (ConfigError, CardError, FileExistsError, FileNotFoundError, KeyError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
