@@ -127,6 +127,19 @@ int main(int argc, char** argv) {
 """
 
 
+def has_avx512() -> bool:
+    """Valgrind 3.19 (Debian 12) cannot decode AVX-512: on such CPUs the counted builds of
+    -march=native get -mno-avx512f (the timed builds keep the full -march=native)."""
+    try:
+        return " avx512f" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+
+
+def count_flags(flags: tuple) -> tuple:
+    return flags + ("-mno-avx512f",) if "-march=native" in flags and has_avx512() else flags
+
+
 def build_flags() -> dict:
     from cbfsim.runtime.build import CXXFLAGS
     return {"O3n": ("-std=c++17", "-O3", "-march=native"), "O2": ("-std=c++17", "-O2"),
@@ -250,6 +263,8 @@ def prepare(case: Case, work: Path, seed: int) -> dict:
 
 def compile_driver(p: dict, tag: str, flags: tuple) -> Path:
     exe = p["dir"] / f"driver_{tag}"
+    if tag.endswith("_count"):
+        flags = count_flags(flags)
     run([os.environ.get("CXX", "g++"), *flags, "-g", "-I", str(p["dir"]), str(p["dir"] / "driver.cpp"), "-o", str(exe)])
     return exe
 
@@ -314,7 +329,8 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
     row("FLOPs this header, one sweep", [fmt(rep.one_sweep_total) for rep in reports])
     row("workspace bytes", [fmt(rep.workspace_bytes) for rep in reports])
 
-    titles = {"O3n": "Ir/call `g++ -O3 -march=native`", "O2": "Ir/call `g++ -O2`", "rt": "Ir/call runtime flags [c]"}
+    mark = " [f]" if has_avx512() else ""
+    titles = {"O3n": f"Ir/call `g++ -O3 -march=native`{mark}", "O2": "Ir/call `g++ -O2`", "rt": "Ir/call runtime flags [c]"}
     for tag, title in titles.items():
         cells = []
         for c, r in zip(cases, results):
@@ -383,6 +399,9 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         f"[d] Per output: max |compiled - torch float64| / max |torch float64| over {STATES} states "
         f"(x ~ U(-1,1), f, G, Dff, DfG ~ N(0,1), float32-rounded); tolerance {TOL:g} for the float32 header.",
         f"[e] {reps} repeats of {calls:,} calls cycling through the {STATES} states, after one warm-up repeat.",
+        *([f"[f] This CPU has AVX-512, which valgrind 3.19 cannot decode: instruction counts of -march=native "
+           "builds are of the same flags plus -mno-avx512f (AVX2); times are of the full -march=native build."]
+          if has_avx512() else []),
         f"Machine: {cpu}, {os.cpu_count()} CPUs; {compiler_version(find_compiler())}; torch {torch.__version__} "
         f"({torch.get_num_threads()} thread); Python {platform.python_version()}; "
         f"{'quick' if args.quick else 'full'} run, seed {args.seed}; {time.strftime('%Y-%m-%d')}.",
@@ -414,16 +433,19 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(workers) as pool:
             exes = {(i, tag): pool.submit(compile_driver, p, tag, fl)
                     for i, p in enumerate(preps) for tag, fl in flags.items()}
+            counted = {(i, tag): pool.submit(compile_driver, p, tag + "_count", fl)
+                       for i, p in enumerate(preps) for tag, fl in flags.items()}
             libs = [pool.submit(compile_barrier, p["net"], p["case"].m, p["case"].order, "float", p["case"].key)
                     for p in preps]
             for i, p in enumerate(preps):
                 p["exe"], p["lib"] = {tag: exes[(i, tag)].result() for tag in flags}, libs[i].result()
+                p["count_exe"] = {tag: counted[(i, tag)].result() for tag in flags}
         irs = [{} for _ in preps]
         if valgrind:
             print("counting instructions with callgrind ...", file=sys.stderr)
             with ThreadPoolExecutor(workers) as pool:        # instruction counts do not depend on load
                 futs = {(i, tag): pool.submit(callgrind, exe, p["dir"] / "inputs.bin", p["dir"] / f"{tag}.callgrind")
-                        for i, p in enumerate(preps) for tag, exe in p["exe"].items()}
+                        for i, p in enumerate(preps) for tag, exe in p["count_exe"].items()}
                 for (i, tag), fut in futs.items():
                     irs[i][tag] = fut.result()
         results = []

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -479,13 +480,25 @@ def heap_symbols(elf: str | Path, nm_tool: str = "arm-none-eabi-nm") -> list[str
 
 
 def symbol_size(elf: str | Path, demangled_name: str, objdump_tool: str = "arm-none-eabi-objdump") -> tuple[int, str]:
-    """(size in bytes, section) of a data symbol, e.g. ``barrier::g_workspace`` -> (1536, '.bss')."""
+    """(size in bytes, section) of a data symbol, e.g. ``barrier::g_workspace`` -> (768, '.bss')."""
     for line in _lines([objdump_tool, "-t", "-C", str(elf)]):
         left, tab, right = line.partition("\t")
         parts = right.split(maxsplit=1)
         if tab and len(parts) == 2 and parts[1] == demangled_name:
             return int(parts[0], 16), left.split()[-1]
     raise DeviceError(f"symbol {demangled_name} not in {elf}")
+
+
+def _function_name(title: str, label: str) -> str:
+    """GCC labels a partial clone (``f.part.0``) "0(args)": name it from the title's symbol."""
+    if not re.match(r"\d+\(", label):
+        return label
+    symbol = title.rsplit(":", 1)[-1]
+    base, _, clone = symbol.partition(".")
+    filt = shutil.which("c++filt")
+    if filt:
+        base = subprocess.run([filt, base], capture_output=True, text=True).stdout.strip() or base
+    return f"{base} [{clone}]" if clone else base
 
 
 def _parse_ci(text: str) -> tuple[dict[str, tuple[str, int]], dict[str, set[str]]]:
@@ -495,7 +508,7 @@ def _parse_ci(text: str) -> tuple[dict[str, tuple[str, int]], dict[str, set[str]
     for title, label in re.findall(r'node:\s*\{\s*title:\s*"([^"]+)"\s*label:\s*"([^"]*)"', text):
         stack = re.search(r"(\d+) bytes \((static|dynamic|dynamic,bounded)\)", label)
         if stack:  # nodes without a number are library functions compiled elsewhere
-            nodes[title] = (label.split("\\n")[0], int(stack.group(1)))
+            nodes[title] = (_function_name(title, label.split("\\n")[0]), int(stack.group(1)))
     for src, dst in re.findall(r'edge:\s*\{\s*sourcename:\s*"([^"]+)"\s*targetname:\s*"([^"]+)"', text):
         edges.setdefault(src, set()).add(dst)
     return nodes, edges
