@@ -64,6 +64,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cbfsim.runtime.build import has_avx512, valgrind_compatible  # noqa: E402
+
 STATES = 1000
 TOL = 1e-4          # float32 results against float64 torch
 
@@ -125,19 +127,6 @@ int main(int argc, char** argv) {
     return status;
 }
 """
-
-
-def has_avx512() -> bool:
-    """Valgrind 3.19 (Debian 12) cannot decode AVX-512: on such CPUs the counted builds of
-    -march=native get -mno-avx512f (the timed builds keep the full -march=native)."""
-    try:
-        return " avx512f" in Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
-
-
-def count_flags(flags: tuple) -> tuple:
-    return flags + ("-mno-avx512f",) if "-march=native" in flags and has_avx512() else flags
 
 
 def build_flags() -> dict:
@@ -264,7 +253,7 @@ def prepare(case: Case, work: Path, seed: int) -> dict:
 def compile_driver(p: dict, tag: str, flags: tuple) -> Path:
     exe = p["dir"] / f"driver_{tag}"
     if tag.endswith("_count"):
-        flags = count_flags(flags)
+        flags = valgrind_compatible(flags)
     run([os.environ.get("CXX", "g++"), *flags, "-g", "-I", str(p["dir"]), str(p["dir"] / "driver.cpp"), "-o", str(exe)])
     return exe
 

@@ -78,9 +78,11 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from cbfsim.runtime.build import valgrind_compatible  # noqa: E402
+
 STATES = 1000
 O2 = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-math-errno")
-O3N = ("-std=c++17", "-O3", "-march=native")
+O3N = ("-std=c++17", "-O3", "-march=native")    # counted with valgrind_compatible() (AVX-512 hosts)
 INSTR_PER_TICK = 40
 
 
@@ -420,7 +422,7 @@ def submit_example(ex: Example, work: Path, args, pool) -> dict:
     for mt in live:
         d = prepare_host(ex, mt, work, inputs)
         for tag, flags in (("O2", O2), ("O3n", O3N)):
-            builds[(mt.key, tag)] = pool.submit(host_build, ex, mt, d, tag, flags)
+            builds[(mt.key, tag)] = pool.submit(host_build, ex, mt, d, tag, valgrind_compatible(flags))
     arm = {}
     if not args.no_qemu and qemu_available():
         for mt in live:
