@@ -252,7 +252,7 @@ def prepare(case: Case, work: Path, seed: int) -> dict:
 
 def compile_driver(p: dict, tag: str, flags: tuple) -> Path:
     exe = p["dir"] / f"driver_{tag}"
-    if tag.endswith("_count"):
+    if tag.endswith("_count"):      # the build callgrind counts (see valgrind_compatible)
         flags = valgrind_compatible(flags)
     run([os.environ.get("CXX", "g++"), *flags, "-g", "-I", str(p["dir"]), str(p["dir"] / "driver.cpp"), "-o", str(exe)])
     return exe
@@ -422,13 +422,14 @@ def main(argv=None) -> int:
         with ThreadPoolExecutor(workers) as pool:
             exes = {(i, tag): pool.submit(compile_driver, p, tag, fl)
                     for i, p in enumerate(preps) for tag, fl in flags.items()}
-            counted = {(i, tag): pool.submit(compile_driver, p, tag + "_count", fl)
-                       for i, p in enumerate(preps) for tag, fl in flags.items()}
+            counted = {(i, tag): pool.submit(compile_driver, p, tag + "_count", fl)   # only where flags differ
+                       for i, p in enumerate(preps) for tag, fl in flags.items() if valgrind_compatible(fl) != fl}
             libs = [pool.submit(compile_barrier, p["net"], p["case"].m, p["case"].order, "float", p["case"].key)
                     for p in preps]
             for i, p in enumerate(preps):
                 p["exe"], p["lib"] = {tag: exes[(i, tag)].result() for tag in flags}, libs[i].result()
-                p["count_exe"] = {tag: counted[(i, tag)].result() for tag in flags}
+                p["count_exe"] = {tag: counted[(i, tag)].result() if (i, tag) in counted else p["exe"][tag]
+                                  for tag in flags}
         irs = [{} for _ in preps]
         if valgrind:
             print("counting instructions with callgrind ...", file=sys.stderr)

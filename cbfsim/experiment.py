@@ -18,8 +18,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .barriers import CompiledBarrier, barrier_terms
-from .classk import ClassK, Linear
+from .barriers import CompiledBarrier
+from .classk import Linear
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
 from .runtime import compile_barrier
@@ -53,24 +53,16 @@ def _filters(card, system, order: int):
     return HOCBFQP(system, alpha1, alpha2, solver="projection"), HOCBFQP(system, alpha1, alpha2, solver="osqp")
 
 
-def certified(barrier: CompiledBarrier, system, x: np.ndarray, order: int, alpha1: ClassK | None) -> np.ndarray:
-    """Mask of the states in the set the filter keeps invariant: {h >= 0} for order 1,
-    {h >= 0 and psi1 = L_f h + alpha1(h) >= 0} for order 2 (the HOCBF set C1 and C2)."""
-    if order == 1:
-        return barrier.value(x) >= 0.0
-    terms = barrier_terms(barrier, system, x, order=1)
-    return (terms.h >= 0.0) & (terms.Lf + alpha1(terms.h) >= 0.0)
-
-
-def _initial_states(barrier: CompiledBarrier, system, order: int, alpha1: ClassK | None, lo: np.ndarray,
-                    hi: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """``count`` uniform states of the training box inside the certified set (rejection sampling)."""
+def _initial_states(lib, system, card, lo: np.ndarray, hi: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """``count`` uniform states of the training box inside the certified set, the set the filter
+    keeps invariant: {h >= 0}, or {h >= 0, psi1 >= 0} for order 2 (rejection sampling)."""
+    from training.verify import certified_value
     rng = np.random.default_rng(seed)
     found: list[np.ndarray] = []
     total = 0
     for _ in range(200):
         x = rng.uniform(lo, hi, size=(max(4 * count, 1000), lo.size))
-        keep = x[certified(barrier, system, x, order, alpha1)]
+        keep = x[certified_value(lib, system, x, card.order, card.gains) >= 0.0]
         found.append(keep)
         total += len(keep)
         if total >= count:
@@ -123,8 +115,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     runs = spec.runs if runs is None else runs
     t_final = spec.t_final if t_final is None else t_final
 
-    alpha1 = Linear(card.gains["alpha1"]) if order == 2 else None
-    X0 = _initial_states(barrier, system, order, alpha1, lo, hi, runs, seed)
+    X0 = _initial_states(lib, system, card, lo, hi, runs, seed)
     common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
     filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
     nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)

@@ -120,7 +120,8 @@ inline void dense_block(const Src& src, const scalar* __restrict wt, const scala
 }
 
 // dense_stream: the same layer accumulating straight into out, for the first layer (its
-// input is the caller's x, f, G with In = n small) and the last (Out = 1).
+// input is the caller's x, f, G with In = n small), and for the output of a network without
+// hidden layers (otherwise the output layer is fused into dense_fused).
 template <int In, int Out, int C, typename Src>
 inline void dense_stream(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
                          scalar* __restrict out) noexcept {
