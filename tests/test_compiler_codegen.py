@@ -46,6 +46,30 @@ def test_header_and_shim_compile_warning_free(cxx, tmp_path, order, dtype, layou
             assert result.returncode == 0, result.stderr
 
 
+@pytest.mark.parametrize("order", [1, 2])
+def test_every_activation_loop_vectorizes(cxx, tmp_path, order):
+    """The activation bodies are branch-free (mask selects), so GCC vectorizes each activation
+    loop on x86-64-v3; a floating-point ?: would make it scalar (5,696 instead of 610
+    instructions per Softplus layer of the pendulum). Checked with GCC's vectorizer report."""
+    import platform
+    version = subprocess.run([cxx, "--version"], capture_output=True, text=True).stdout
+    if platform.machine() != "x86_64" or "clang" in version.lower():
+        pytest.skip("checks GCC's vectorizer report on x86-64")
+    compile_model(_all_activations_net(order), inputs=2, order=order, name="vec").write(tmp_path)
+    header = (tmp_path / "vec.hpp").read_text().splitlines()
+    eval_lines = {i + 1 for i, line in enumerate(header) if "Act::eval" in line and "for (int j" in line}
+    assert eval_lines, "no activation loop found in the header"
+    report = subprocess.run([cxx, "-std=c++17", "-O3", "-march=x86-64-v3", "-fopt-info-vec-all", "-c",
+                             str(tmp_path / "vec_abi.cpp"), "-o", str(tmp_path / "vec.o")],
+                            capture_output=True, text=True, check=True).stderr
+    at = lambda line: [r for r in report.splitlines() if f"vec.hpp:{line}:" in r]  # noqa: E731
+    reached = [line for line in eval_lines if at(line)]
+    assert reached, "the vectorizer reported nothing on the activation loops"
+    for line in reached:
+        assert any("loop vectorized" in r for r in at(line)), at(line)
+        assert not any("control flow" in r for r in at(line)), at(line)
+
+
 def test_generated_code_is_auditable():
     src = compile_model(_all_activations_net(2), inputs=2, order=2, name="audit")
     code = src.header + src.abi
