@@ -1,9 +1,9 @@
 """The C++ op table: for each activation kind, the body of ``eval`` returning sigma(a) and
 writing sigma'(a) (and sigma''(a) for order 2). Each body is branch-free so the activation
-loop vectorizes: every choice is a bit-mask select (``mx_select`` of the header's math, the
-same value as ``c ? a : b``) and conditions combine with ``&``, because GCC sinks the
-arithmetic of a floating-point ``?:`` into a branch and then cannot vectorize the loop (the
-pendulum's Softplus layer: 5,696 -> 610 instructions per call). The bodies use the stable
+loop vectorizes: every choice goes through ``mx_select`` of the header's math (a bit-mask
+select on vector targets, ``c ? a : b`` on scalar cores) and conditions combine with ``&``,
+because GCC sinks the arithmetic of a floating-point ``?:`` into a branch and then cannot
+vectorize the loop (the pendulum's Softplus layer: 5,696 -> 610 instructions per call). The bodies use the stable
 forms of ``compiler.activations``: exp is only ever taken of a non-positive argument, so
 nothing overflows for any finite a."""
 from __future__ import annotations

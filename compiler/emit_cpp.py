@@ -74,14 +74,10 @@ def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
 
 
 _TEMPLATES = r"""
-// Targets with a vector unit get loops shaped for it (blocks of neurons, one operation per
-// loop); scalar cores (Cortex-M, Xtensa) get small blocks and one neuron at a time, keeping the stack
-// small. Every sum and product is the same in both shapes: results are bit-identical.
-#if defined(__SSE2__) || defined(__ARM_NEON)
-constexpr bool kVectorUnit = true;
-#else
-constexpr bool kVectorUnit = false;
-#endif
+// Targets with a vector unit (kVectorUnit, defined with the math above) get loops shaped for
+// it (blocks of neurons, one operation per loop); scalar cores (Cortex-M, Xtensa) get small
+// blocks and one neuron at a time, keeping the stack small. Every sum and product is the same
+// in both shapes: results are bit-identical.
 
 // all_finite: false if any entry is NaN or +-Inf (v - v is 0 only for finite v).
 inline bool all_finite(const scalar* v, int count) noexcept {
