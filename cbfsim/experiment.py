@@ -152,11 +152,16 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
 
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
+    certified = None
+    if order == 2:   # the invariant set {h >= 0, psi1 >= 0} is smaller than {h >= 0}: draw it too
+        from training.verify import certified_value
+        certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
     phase_portrait(fig_dir / "phase_portrait.png", system, value, trajectories=showcase_more,
-                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed,
+                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed, certified=certified,
                    limits=spec.portrait_limits, title=f"{system.name}: filtered (solid) vs nominal (dashed)")
     phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40],
                    nominal=None, dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits,
+                   certified=certified,
                    title=f"{system.name}: {min(runs, 40)} filtered runs from random certified states")
     time_series(fig_dir / "showcase_time_series.png", showcase, title=f"{system.name}: showcase (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")

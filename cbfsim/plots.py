@@ -52,9 +52,12 @@ def phase_portrait(path: str | Path, system: Any,
                    nominal: Trajectory | Iterable[Trajectory] | None = None, dims: tuple[int, int] = (0, 1),
                    constraint: bool = True, fixed: Sequence[float] | None = None,
                    limits: Sequence[Sequence[float]] | None = None, resolution: int = 200,
-                   max_runs: int = 50, title: str | None = None) -> Path:
+                   max_runs: int = 50, title: str | None = None,
+                   certified: Callable[[np.ndarray], np.ndarray] | None = None) -> Path:
     """Phase portrait of states ``dims``; ``barrier`` is a callable (N, n) -> (N,), an object
-    with ``.value``, or precomputed grid values (xs, ys, H) with H of shape (len(ys), len(xs))."""
+    with ``.value``, or precomputed grid values (xs, ys, H) with H of shape (len(ys), len(xs)).
+    ``certified`` (N, n) -> (N,), >= 0 on the set the filter keeps invariant when that is
+    smaller than {h >= 0} (HOCBF: min(h, psi1)); its boundary is drawn dashed."""
     path = Path(path)
     fig = Figure(figsize=(6.0, 5.0))
     FigureCanvasAgg(fig)
@@ -76,6 +79,10 @@ def phase_portrait(path: str | Path, system: Any,
             GX, GY, H = XX, YY, np.asarray(fn(X)).reshape(XX.shape)
         ax.contour(GX, GY, H, levels=[0.0], colors=["black"], linewidths=1.5)
         ax.plot([], [], color="black", label="barrier h = 0")
+    if certified is not None:
+        ax.contour(XX, YY, np.asarray(certified(X)).reshape(XX.shape), levels=[0.0], colors=["black"],
+                   linewidths=1.2, linestyles="dashed")
+        ax.plot([], [], "--", color="black", label="certified set boundary")
     for style, runs, label in (("--", _runs(nominal), "nominal"), ("-", _runs(trajectories), "filtered")):
         for j, run in enumerate(runs[:max_runs]):
             line = ax.plot(run[:, dims[0]], run[:, dims[1]], style, lw=1.0, alpha=0.8,
