@@ -3,9 +3,9 @@ writing sigma'(a) (and sigma''(a) for order 2). Each body is branch-free so the 
 loop vectorizes: every choice goes through ``mx_select`` of the header's math (a bit-mask
 select on vector targets, ``c ? a : b`` on scalar cores) and conditions combine with ``&``,
 because GCC sinks the arithmetic of a floating-point ``?:`` into a branch and then cannot
-vectorize the loop (the pendulum's Softplus layer: 5,696 -> 610 instructions per call). The bodies use the stable
-forms of ``compiler.activations``: exp is only ever taken of a non-positive argument, so
-nothing overflows for any finite a."""
+vectorize the loop (the pendulum's Softplus layer: 5,696 -> 610 instructions per call).
+The bodies use the stable forms of ``compiler.activations``: exp is only ever taken of a
+non-positive argument, so nothing overflows for any finite a."""
 from __future__ import annotations
 
 import math
@@ -28,7 +28,7 @@ def literal(value: float, scalar: str) -> str:
 
 
 def sel(cond: str, a: str, b: str) -> str:
-    """C++ for ``cond ? a : b`` as a bit-mask select (no branch, so the loop vectorizes)."""
+    """C++ for ``cond ? a : b`` through mx_select (no branch where loops should vectorize)."""
     return f"mx_select({cond}, {a}, {b})"
 
 

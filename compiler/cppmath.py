@@ -3,9 +3,9 @@
 ``math_source(scalar)`` returns C++17 text that the emitter pastes inside
 ``namespace <model> { namespace detail { ... } }``: only ``inline`` functions and the flag
 ``kVectorUnit`` (SSE2 or NEON present), no ``#include``, no namespaces, no statics, no
-loops, no tables, no recursion, no heap. Every
-copy is self-contained, so two models' headers in one program link fine (inline functions
-in different namespaces), and the text is a pure function of ``scalar``.
+loops, no tables, no recursion, no heap. Every copy is self-contained, so two models'
+headers in one program link fine (inline functions in different namespaces), and the text
+is a pure function of ``scalar``.
 
 Public functions (T = the scalar), each ``inline T f(T x) noexcept``: m_exp, m_expm1,
 m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt. Internal helpers are prefixed ``mx_``.
@@ -92,14 +92,14 @@ Determinism and vectorization: branch-free; on targets with a vector unit (SSE2,
 every select is a bit-mask select (mx_select) because GCC, under the default
 -ftrapping-math, sinks the arithmetic of a floating-point ?: into a branch and then refuses
 to if-convert it; scalar cores keep the ?: (cheaper there; the same value, so the same
-bits: tests/test_firmware.py compares every activation on the Cortex-M4F with the host). Every expression is
-written in the order it is to be evaluated, so with -ffp-contract=off the results are
-bit-identical between -O0, -O2 and -O3 -march=x86-64-v3. GCC -O3 vectorizes a loop over
-any of the functions (float: from SSE2 on; double: needs SSE4.1 64-bit compares, e.g.
--march=x86-64-v2 or later). With FMA contraction the accuracy still holds (every step is
-at least as accurate), only the bit-identity across builds is lost; -ffast-math is not
-supported (it removes the NaN tests and may reassociate the compensated sums). The
-float code uses float arithmetic only (every literal is suffixed f).
+bits: tests/test_firmware.py compares every activation on the Cortex-M4F with the host).
+Every expression is written in the order it is to be evaluated, so with -ffp-contract=off
+the results are bit-identical between -O0, -O2 and -O3 -march=x86-64-v3. GCC -O3
+vectorizes a loop over any of the functions (float: from SSE2 on; double: needs SSE4.1
+64-bit compares, e.g. -march=x86-64-v2 or later). With FMA contraction the accuracy still
+holds (every step is at least as accurate), only the bit-identity across builds is lost;
+-ffast-math is not supported (it removes the NaN tests and may reassociate the compensated
+sums). The float code uses float arithmetic only (every literal is suffixed f).
 """
 from __future__ import annotations
 
