@@ -43,3 +43,23 @@ def build_and_run(cxx: str, source: str, workdir: Path, flags: list[str], args: 
     if run.returncode != 0:
         raise AssertionError(f"program failed ({run.returncode}): {run.stderr}")
     return run.stdout
+
+
+def all_activations_net(order: int, inputs: int, gain: float = 1.0, seed: int = 0):
+    """One network using every activation (every smooth one for order 2), 8 wide, with its
+    hidden weights scaled by ``gain`` (large gains reach the tails of exp, log1p, tanh, erf)."""
+    import torch
+
+    from training.architectures import ACTIVATION_NAMES, activation_module
+
+    acts = [a for a in ACTIVATION_NAMES if order == 1 or a not in ("relu", "leaky_relu", "hardtanh", "elu")]
+    torch.manual_seed(seed)
+    layers, width = [], inputs
+    for act in acts:
+        layers += [torch.nn.Linear(width, 8), activation_module(act)]
+        width = 8
+    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
+    with torch.no_grad():
+        for layer in net[:-1:2]:
+            layer.weight.mul_(gain)
+    return net

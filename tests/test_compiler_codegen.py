@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from compiler.api import compile_model
-from training.architectures import ACTIVATION_NAMES, mlp
-from tests.conftest import build_and_run
+from training.architectures import mlp
+from tests.conftest import all_activations_net, build_and_run
 
 pytestmark = pytest.mark.toolchain
 STRICT = ["-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wdouble-promotion", "-Wfloat-conversion",
@@ -21,16 +21,7 @@ STRICT = ["-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-Wdouble-p
 
 
 def _all_activations_net(order: int):
-    """One network using every activation (every smooth one for order 2)."""
-    acts = [a for a in ACTIVATION_NAMES if order == 1 or a not in ("relu", "leaky_relu", "hardtanh", "elu")]
-    from training.architectures import activation_module
-    torch.manual_seed(0)
-    layers, width = [], 3
-    for act in acts:
-        layers += [torch.nn.Linear(width, 8), activation_module(act)]
-        width = 8
-    layers.append(torch.nn.Linear(width, 1))
-    return torch.nn.Sequential(*layers)
+    return all_activations_net(order, inputs=3)
 
 
 @pytest.mark.parametrize("layout", ["sweep", "min_memory"])

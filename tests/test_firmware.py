@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from cbfsim import device
-from conftest import require_tool
+from conftest import all_activations_net, require_tool
 
 ARM_INSTALL = device.INSTALL["m4"]
 STEPS = 2000
@@ -196,26 +196,6 @@ def test_parse_log_ignores_noise_and_rejects_truncation():
         device.parse_log(text.replace("S 1 ", "S 3 "))
 
 
-def _all_activations_barrier(order: int, n: int, gain: float):
-    """Every activation (every smooth one for order 2) in one network, weights scaled by
-    ``gain`` so pre-activations reach the tails of exp, log1p, tanh and erf."""
-    import torch
-
-    from training.architectures import ACTIVATION_NAMES, activation_module
-
-    acts = [a for a in ACTIVATION_NAMES if order == 1 or a not in ("relu", "leaky_relu", "hardtanh", "elu")]
-    torch.manual_seed(order)
-    layers, width = [], n
-    for act in acts:
-        layers += [torch.nn.Linear(width, 8), activation_module(act)]
-        width = 8
-    net = torch.nn.Sequential(*layers, torch.nn.Linear(width, 1))
-    with torch.no_grad():
-        for layer in net[:-1:2]:
-            layer.weight.mul_(gain)
-    return net
-
-
 @pytest.mark.arm
 @pytest.mark.parametrize("order", [1, 2])
 def test_every_activation_bit_identical_on_cortex_m(tmp_path, build_dir, order):
@@ -225,7 +205,7 @@ def test_every_activation_bit_identical_on_cortex_m(tmp_path, build_dir, order):
     need_arm()
     config = device.RunConfig(system="inverted_pendulum" if order == 2 else "van_der_pol", nominal="zero",
                               order=order, alpha=(1.0,) * order, x0=(0.1, 0.0), steps=1, bench_calls=1000)
-    generated = device.generate(_all_activations_barrier(order, 2, gain=30.0), config, tmp_path / "gen")
+    generated = device.generate(all_activations_net(order, inputs=2, gain=30.0, seed=order), config, tmp_path / "gen")
     checks = {}
     for target in ("host", "m4"):
         exe = device.build(target, generated, build_dir / f"act{order}", modes=2)   # benchmark only
