@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -53,16 +53,16 @@ def _filters(card, system, order: int):
     return HOCBFQP(system, alpha1, alpha2, solver="projection"), HOCBFQP(system, alpha1, alpha2, solver="osqp")
 
 
-def _initial_states(lib, system, card, lo: np.ndarray, hi: np.ndarray, count: int, seed: int) -> np.ndarray:
-    """``count`` uniform states of the training box inside the certified set, the set the filter
-    keeps invariant: {h >= 0}, or {h >= 0, psi1 >= 0} for order 2 (rejection sampling)."""
-    from training.verify import certified_value
+def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
+                    seed: int) -> np.ndarray:
+    """``count`` uniform states of the training box inside the certified set {certified >= 0},
+    the set the filter keeps invariant (rejection sampling)."""
     rng = np.random.default_rng(seed)
     found: list[np.ndarray] = []
     total = 0
     for _ in range(200):
         x = rng.uniform(lo, hi, size=(max(4 * count, 1000), lo.size))
-        keep = x[certified_value(lib, system, x, card.order, card.gains) >= 0.0]
+        keep = x[certified(x) >= 0.0]
         found.append(keep)
         total += len(keep)
         if total >= count:
@@ -103,7 +103,7 @@ def retrain(spec: ExperimentSpec, out_dir: Path, progress: bool = True) -> Path:
 def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None, t_final: float | None = None,
                    models_dir: Path | None = None, verify_samples: int | None = None, seed: int = 0) -> dict[str, Any]:
     """Run the experiment, write figures and summary.json to out_dir, return the summary."""
-    from training.verify import verify
+    from training.verify import certified_value, verify
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
     card, system, onnx_path, card_path = load_model(spec, models_dir)
@@ -115,7 +115,9 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     runs = spec.runs if runs is None else runs
     t_final = spec.t_final if t_final is None else t_final
 
-    X0 = _initial_states(lib, system, card, lo, hi, runs, seed)
+    # {h >= 0}, or {h >= 0, psi1 >= 0} for order 2
+    certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
+    X0 = _initial_states(certified, lo, hi, runs, seed)
     common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
     filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
     nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)
@@ -152,16 +154,13 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
 
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
-    certified = None
-    if order == 2:   # the invariant set {h >= 0, psi1 >= 0} is smaller than {h >= 0}: draw it too
-        from training.verify import certified_value
-        certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
+    boundary = certified if order == 2 else None   # order 2: smaller than {h >= 0}, drawn too
     phase_portrait(fig_dir / "phase_portrait.png", system, value, trajectories=showcase_more,
-                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed, certified=certified,
+                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed, certified=boundary,
                    limits=spec.portrait_limits, title=f"{system.name}: filtered (solid) vs nominal (dashed)")
     phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40],
                    nominal=None, dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits,
-                   certified=certified,
+                   certified=boundary,
                    title=f"{system.name}: {min(runs, 40)} filtered runs from random certified states")
     time_series(fig_dir / "showcase_time_series.png", showcase, title=f"{system.name}: showcase (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")

@@ -8,6 +8,36 @@ from __future__ import annotations
 from .emit_cpp import ABI_VERSION, EmitOptions, check_identifier
 
 
+_SIZES = {"x": "n", "f": "n", "G": "n * m", "Dff": "n", "DfG": "n * m"}
+
+
+def _f64_entry(name: str, T: str, fn: str, outputs: str, arrays: tuple[str, ...]) -> list[str]:
+    """``cbf_<fn>_f64``: the Python runtime's single-state entry. The arrays come as float64
+    bytes (numpy's tobytes, cheaper from Python than taking an array's address) and are
+    converted here into one buffer of the header's scalar."""
+    offsets, at = [], "0"
+    for arr in arrays:
+        offsets.append(at)
+        at = _SIZES[arr] if at == "0" else f"{at} + {_SIZES[arr]}"
+    params = ", ".join(f"const double* {arr}" for arr in arrays)
+    lines = [f"// {fn} for the Python runtime's single-state path: float64 in and out, converted here.",
+             f"int cbf_{fn}_f64({params}, double* out) {{",
+             f"    constexpr int n = {name}::kStateDim;",
+             f"    constexpr int m = {name}::kInputDim;",
+             f"    {T} in[{at}];",
+             f"    {T} res[{name}::{outputs}];"]
+    for arr, off in zip(arrays, offsets):
+        dest = "in[i]" if off == "0" else f"in[{off} + i]"
+        lines.append(f"    for (int i = 0; i < {_SIZES[arr]}; ++i) {dest} = static_cast<{T}>({arr}[i]);")
+    ptrs = ", ".join("in" if off == "0" else f"in + {off}" for off in offsets)
+    return lines + [f"    {name}::Workspace ws;",
+                    f"    const int status = {name}::{fn}({ptrs}, res, ws);",
+                    f"    for (int i = 0; i < {name}::{outputs}; ++i) out[i] = static_cast<double>(res[i]);",
+                    "    return status;",
+                    "}",
+                    ""]
+
+
 def emit_abi(name: str, options: EmitOptions) -> str:
     check_identifier(name)
     T = options.scalar
@@ -34,23 +64,7 @@ def emit_abi(name: str, options: EmitOptions) -> str:
         f"    return {name}::lie(x, f, G, out, ws);",
         "}",
         "",
-        "// float64 entry for the Python runtime's single-state path: the arrays come as float64 bytes",
-        "// (numpy's tobytes, cheaper from Python than taking an array's address) and are converted",
-        "// to the header's scalar here.",
-        "int cbf_lie_f64(const double* x, const double* f, const double* G, double* out) {",
-        f"    constexpr int n = {name}::kStateDim;",
-        f"    constexpr int m = {name}::kInputDim;",
-        f"    {T} in[2 * n + n * m];",
-        f"    {T} res[{name}::kLieOutputs];",
-        f"    for (int i = 0; i < n; ++i) in[i] = static_cast<{T}>(x[i]);",
-        f"    for (int i = 0; i < n; ++i) in[n + i] = static_cast<{T}>(f[i]);",
-        f"    for (int i = 0; i < n * m; ++i) in[2 * n + i] = static_cast<{T}>(G[i]);",
-        f"    {name}::Workspace ws;",
-        f"    const int status = {name}::lie(in, in + n, in + 2 * n, res, ws);",
-        f"    for (int i = 0; i < {name}::kLieOutputs; ++i) out[i] = static_cast<double>(res[i]);",
-        "    return status;",
-        "}",
-        "",
+        *_f64_entry(name, T, "lie", "kLieOutputs", ("x", "f", "G")),
         "// Returns 0, or 1 if any state had NaN/Inf inputs (its outputs are NaN; the others are computed).",
         f"int cbf_lie_batch(int N, const {T}* X, const {T}* F, const {T}* G, {T}* out) {{",
         f"    constexpr int n = {name}::kStateDim;",
@@ -66,23 +80,7 @@ def emit_abi(name: str, options: EmitOptions) -> str:
     if options.order == 2:
         lines += [
             "",
-            "int cbf_lie2_f64(const double* x, const double* f, const double* G, const double* Dff,",
-            "                 const double* DfG, double* out) {",
-            f"    constexpr int n = {name}::kStateDim;",
-            f"    constexpr int m = {name}::kInputDim;",
-            f"    {T} in[3 * n + 2 * n * m];",
-            f"    {T} res[{name}::kLie2Outputs];",
-            f"    for (int i = 0; i < n; ++i) in[i] = static_cast<{T}>(x[i]);",
-            f"    for (int i = 0; i < n; ++i) in[n + i] = static_cast<{T}>(f[i]);",
-            f"    for (int i = 0; i < n * m; ++i) in[2 * n + i] = static_cast<{T}>(G[i]);",
-            f"    for (int i = 0; i < n; ++i) in[2 * n + n * m + i] = static_cast<{T}>(Dff[i]);",
-            f"    for (int i = 0; i < n * m; ++i) in[3 * n + n * m + i] = static_cast<{T}>(DfG[i]);",
-            f"    {name}::Workspace ws;",
-            f"    const int status = {name}::lie2(in, in + n, in + 2 * n, in + 2 * n + n * m, in + 3 * n + n * m, res, ws);",
-            f"    for (int i = 0; i < {name}::kLie2Outputs; ++i) out[i] = static_cast<double>(res[i]);",
-            "    return status;",
-            "}",
-            "",
+            *_f64_entry(name, T, "lie2", "kLie2Outputs", ("x", "f", "G", "Dff", "DfG")),
             f"int cbf_lie2(const {T}* x, const {T}* f, const {T}* G, const {T}* Dff, const {T}* DfG, {T}* out) {{",
             f"    {name}::Workspace ws;",
             f"    return {name}::lie2(x, f, G, Dff, DfG, out, ws);",

@@ -59,8 +59,8 @@ class CompiledLie:
         self.n, self.m, self.order = n.value, m.value, order.value
         self.workspace_bytes = self._lib.cbf_workspace_bytes()
         n, m = self.n, self.m
-        self._shapes = {"x": (n,), "f": (n,), "G": (n, m), "Dff": (n,), "DfG": (n, m)}
-        self._vec_shape, self._mat_shape = (n,), (n, m)
+        self._vec_shape, self._mat_shape = vec, mat = (n,), (n, m)
+        self._shapes = {"x": vec, "f": vec, "G": mat, "Dff": vec, "DfG": mat}
         # Single-state path, for closed loops that call once per step: float64 arrays of the
         # right shape go as bytes (tobytes, any layout) into float64 entries that convert to
         # the header's scalar in C, and the results come back from one preallocated buffer.

@@ -21,7 +21,9 @@ CXXFLAGS = ("-std=c++17", "-O3", "-march=native", "-ffp-contract=off", "-fno-mat
 INSTALL_HINT = "install a C++17 compiler, e.g. `apt-get install -y g++`, or point CXX at one"
 
 
+@lru_cache(maxsize=None)
 def has_avx512() -> bool:
+    """Whether this CPU has AVX-512 (read once from /proc/cpuinfo)."""
     try:
         return " avx512f" in Path("/proc/cpuinfo").read_text()
     except OSError:
