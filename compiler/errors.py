@@ -3,8 +3,18 @@ so ``except ValueError`` still works, while the message names the exact problem.
 from __future__ import annotations
 
 
-class CompilerError(Exception):
+class CbfsimError(Exception):
+    """Root of every error cbfsim raises on purpose (all layers may import this leaf module).
+
+    Each concrete error also subclasses the builtin a caller would expect."""
+
+
+class CompilerError(CbfsimError):
     """Base class for every error the compiler raises on bad models or options."""
+
+
+class ModelFormatError(CompilerError, ValueError):
+    """A file that is not a readable model: empty, truncated, corrupt, or failing the format checker."""
 
 
 class UnsupportedOpError(CompilerError, ValueError):
