@@ -77,7 +77,7 @@ def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
     return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
 
 
-def load_model(spec: ExperimentSpec, models_dir: Path | None = None):
+def shipped_model(spec: ExperimentSpec, models_dir: Path | None = None):
     """(card, system, onnx path) of the shipped model."""
     from systems import get_system
     from training.model_card import load_card
@@ -106,7 +106,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     from training.verify import certified_value, verify
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
-    card, system, onnx_path, card_path = load_model(spec, models_dir)
+    card, system, onnx_path, card_path = shipped_model(spec, models_dir)
     order = card.order
     lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
     barrier = CompiledBarrier(lib)

@@ -15,13 +15,15 @@ from typing import Any, Callable
 
 import numpy as np
 
+from compiler.errors import CbfsimError
+
 from .barriers import Barrier, ShapeError, as_batch, barrier_terms
 from .classk import describe
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
 from .trajectory import Trajectory
 
 
-class NonFiniteStateError(FloatingPointError):
+class NonFiniteStateError(CbfsimError, FloatingPointError):
     """The state became NaN/Inf; carries the step index, time, run index and state."""
 
     def __init__(self, step: int, time: float, state: np.ndarray, run: int = 0):

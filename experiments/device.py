@@ -24,12 +24,13 @@ from pathlib import Path
 import numpy as np
 
 from cbfsim import device
+from compiler.errors import ToolchainError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL = ROOT / "experiments" / "models" / "vdp.onnx"
 
 
-def load_model(spec: str | None):
+def model_and_card(spec: str | None):
     """(model source, card dict): an ONNX path with its optional JSON card, or the demo."""
     path = Path(spec) if spec and spec != "polygon-demo" else (DEFAULT_MODEL if spec is None else None)
     if path is None or not path.exists():
@@ -167,7 +168,7 @@ def main() -> None:
     parser.add_argument("--keep-build", type=Path, help="build here instead of a temporary directory")
     args = parser.parse_args()
 
-    model, card = load_model(args.model)
+    model, card = model_and_card(args.model)
     config = make_config(args, card)
     args.out.mkdir(parents=True, exist_ok=True)
     work = args.keep_build or Path(tempfile.mkdtemp(prefix="cbfsim-device-"))
@@ -181,7 +182,7 @@ def main() -> None:
         try:
             program = device.build(target, generated, work / "build")
             logs[target] = device.parse_log(device.run(target, program, timeout=600))
-        except device.ToolchainError as exc:
+        except ToolchainError as exc:
             if target == "host":  # the twin every other target is compared with
                 raise
             print(f"skipping {target}: {str(exc).splitlines()[0]}")

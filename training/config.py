@@ -12,13 +12,15 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from compiler.errors import CbfsimError
+
 from .architectures import ACTIVATION_NAMES
 
 # Activations whose second derivative is zero almost everywhere: useless for order 2.
 PIECEWISE_LINEAR = ("relu", "leaky_relu", "hardtanh")
 
 
-class ConfigError(ValueError):
+class ConfigError(CbfsimError, ValueError):
     """A training config field is missing or invalid (the message names the field)."""
 
 

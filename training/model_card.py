@@ -15,12 +15,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from compiler.errors import CbfsimError
+
 from .architectures import ACTIVATION_NAMES
 
 SCHEMA = "cbfsim.model_card/1"
 
 
-class CardError(ValueError):
+class CardError(CbfsimError, ValueError):
     """A model card field is missing or invalid (the message names the field)."""
 
 

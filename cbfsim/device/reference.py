@@ -1,0 +1,120 @@
+"""The float64 side of every device comparison: cbfsim's simulator on the firmware's closed
+loop with the network through the reference interpreter, a hand-set demo barrier, and the
+comparison numbers."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .config import Generated, RunConfig, compiled_source, f32
+from .protocol import STATUS_NAMES, DeviceLog
+
+
+def polygon_disk_barrier(radius: float = 1.4, widths: tuple[int, int] = (64, 64), seed: int = 0):
+    """A 2-64-64-1 ReLU network (``training.architectures.mlp``) with hand-set weights:
+    h(x) = radius - s * sum_k |w_k . x| over K = widths[0]/2 directions w_k evenly spread
+    over [0, pi), which is radius - ||x|| up to a ripple of ~1e-3 (a 64-gon). A stand-in
+    with a known safe region until the trained model exists; the hidden 64x64 layer is the
+    identity (relu(relu(z)) = relu(z)), so the network costs what a trained one costs."""
+    import torch
+    from training.architectures import mlp
+
+    h1, h2 = widths
+    if h1 % 2 or h2 != h1:
+        raise ValueError(f"widths must be (2K, 2K), got {widths}")
+    k = h1 // 2
+    net = mlp([2, h1, h2, 1], "relu", seed=seed)
+    theta = torch.arange(k, dtype=torch.float64) * (np.pi / k)
+    w = torch.stack([torch.cos(theta), torch.sin(theta)], dim=1)
+    with torch.no_grad():
+        net[0].weight.copy_(torch.cat([w, -w]).float())
+        net[0].bias.zero_()
+        net[2].weight.copy_(torch.eye(h1))
+        net[2].bias.zero_()
+        net[4].weight.fill_(-np.pi / (2 * k))     # mean of sum_k |cos| is 2K/pi
+        net[4].bias.fill_(radius)
+    return net
+
+
+class ReferenceBarrier:
+    """The compiled network's IR evaluated in float64 by ``compiler.reference``, as a cbfsim
+    ``Barrier``: the same network as the device's float32 header, computed independently."""
+
+    def __init__(self, model: Any, m: int, order: int):
+        self.model, self.n, self.m, self.order = model, int(model.input_dim), int(m), int(order)
+
+    def value(self, x: np.ndarray) -> np.ndarray:
+        from compiler import reference as ref
+        return ref.value(self.model, x)
+
+    def lie(self, x: np.ndarray, F: np.ndarray, G: np.ndarray):
+        from cbfsim.barriers import LieTerms
+        from compiler import reference as ref
+        return LieTerms(*ref.lie(self.model, x, F, G))
+
+    def lie2(self, x: np.ndarray, F: np.ndarray, G: np.ndarray, Dff: np.ndarray, DfG: np.ndarray):
+        from cbfsim.barriers import LieTerms2
+        from compiler import reference as ref
+        return LieTerms2(*ref.lie2(self.model, x, F, G, Dff, DfG))
+
+
+@dataclass
+class ReferenceRun:
+    x: np.ndarray       # (N+1, n)
+    u_nom: np.ndarray   # (N, m)
+    u: np.ndarray
+    h: np.ndarray       # (N,)
+    status: np.ndarray  # (N,) the firmware's codes: 0 nominal, 1 active, 2 infeasible
+    trajectory: Any     # the cbfsim.trajectory.Trajectory (batch of one)
+
+
+def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
+    """The firmware's closed loop with cbfsim's simulator in float64: RK4 with zero-order
+    hold, the exact projection filter (least-violation input when infeasible, as on the
+    device) and the network through the float64 reference interpreter. Constants are the
+    float32 values the device uses, so both simulate the same problem."""
+    from cbfsim.classk import Linear
+    from cbfsim.filters import CBFProjection, HOCBFQP
+    from cbfsim.simulate import simulate
+
+    compiled = (generated_or_model.compiled if isinstance(generated_or_model, Generated)
+                else compiled_source(generated_or_model, config))
+    system = config.plant()
+    bounds = (system.u_min.astype(np.float32), system.u_max.astype(np.float32))
+    a1, a2 = (f32(a) for a in config.alphas)
+    if config.order == 1:
+        filt = CBFProjection(bounds, Linear(a1), slack_penalty=np.inf)
+    else:
+        filt = HOCBFQP(bounds, Linear(a1), Linear(a2), solver="projection", slack_penalty=np.inf)
+    dt = f32(config.dt)
+    traj = simulate(system, ReferenceBarrier(compiled.model, system.m, config.order), filt, config.nominal,
+                    np.array([f32(v) for v in config.x0]), t_final=config.steps * dt, dt_control=dt,
+                    dt_int=dt / config.substeps).single()
+    # the firmware's status: nominal kept (row holds at the clipped nominal), active, infeasible
+    h, lf = traj.h[0, :-1], traj.Lf[0]
+    if config.order == 1:
+        a, b = lf + a1 * h, traj.Lg[0]
+    else:
+        a, b = traj.Lf2[0] + a1 * lf + a2 * (lf + a1 * h), traj.LgLf[0]
+    g0 = a + np.einsum("km,km->k", b, np.clip(traj.u_nom[0], *bounds))
+    status = np.where(g0 >= 0, 0, np.where(traj.status[0] == 0, 1, 2)).astype(np.int8)
+    return ReferenceRun(traj.x[0], traj.u_nom[0], traj.u[0], h, status, traj)
+
+
+def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
+    """max |a - b| over matching rows (the shorter run decides the length)."""
+    k = min(len(a), len(b))
+    return float(np.max(np.abs(np.asarray(a[:k]) - np.asarray(b[:k])))) if k else float("nan")
+
+
+def bit_identical(a: DeviceLog, b: DeviceLog) -> bool:
+    return a.bits.shape == b.bits.shape and bool(np.array_equal(a.bits, b.bits))
+
+
+def summary(log: DeviceLog, ref: ReferenceRun) -> dict[str, Any]:
+    """Per-target comparison numbers (JSON-friendly)."""
+    return {"port": log.port, "steps": int(len(log.u)), "max_abs_dx": max_abs_diff(log.x, ref.x),
+            "max_abs_du": max_abs_diff(log.u, ref.u), "min_h_device": float(np.min(log.h)) if len(log.h) else None,
+            "status_counts": {STATUS_NAMES[s]: int(np.sum(log.status == s)) for s in range(4)}}

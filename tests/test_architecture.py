@@ -1,0 +1,53 @@
+"""The project's structure as tests: one error tree, and the curated public API resolves."""
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+
+import pytest
+
+from compiler.errors import CbfsimError
+
+PACKAGES = ("systems", "compiler", "training", "cbfsim")
+# modules whose import needs something optional or runs a program
+SKIP_MODULES = {"cbfsim.device.__main__"}
+
+
+def _modules():
+    for package in PACKAGES:
+        root = importlib.import_module(package)
+        yield root
+        for info in pkgutil.walk_packages(root.__path__, prefix=f"{package}."):
+            if info.name not in SKIP_MODULES:
+                yield importlib.import_module(info.name)
+
+
+def _project_exceptions():
+    seen = {}
+    for module in _modules():
+        for name, obj in vars(module).items():
+            if (inspect.isclass(obj) and issubclass(obj, BaseException)
+                    and obj.__module__.split(".")[0] in PACKAGES):
+                seen[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return seen
+
+
+def test_every_project_error_derives_from_the_one_root_and_a_builtin():
+    errors = _project_exceptions()
+    assert "compiler.errors.ShapeError" in errors and "training.model_card.CardError" in errors
+    public = {k: v for k, v in errors.items() if not v.__name__.startswith("_")}
+    not_rooted = [k for k, v in public.items() if not issubclass(v, CbfsimError)]
+    assert not not_rooted, f"errors outside the CbfsimError tree: {not_rooted}"
+    from compiler.errors import CompilerError
+    family_roots = (CbfsimError, CompilerError)     # bases that are only ever caught, never raised
+    builtin_free = [k for k, v in public.items() if v not in family_roots
+                    and not any(b.__module__ == "builtins" and b not in (Exception, BaseException, object)
+                                for b in v.__mro__)]
+    assert not builtin_free, f"errors that subclass no specific builtin (ValueError, RuntimeError, ...): {builtin_free}"
+
+
+@pytest.mark.parametrize("name", importlib.import_module("cbfsim").__all__)
+def test_every_name_of_the_curated_public_api_resolves(name):
+    import cbfsim
+    assert getattr(cbfsim, name) is not None
