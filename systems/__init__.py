@@ -1,18 +1,21 @@
 """Control-affine plants, each defined once in sympy (see base.py).
 
-Data flows one way: systems -> training -> compiler -> cbfsim; nothing here imports them.
+Data flows one way: systems/ and compiler/ import nothing of ours; training/ imports both;
+cbfsim/ imports all three.  Your own plant: subclass ``ControlAffineSystem`` and either
+``register`` it or name it by import path ``package.module:ClassName`` (see registry.py).
 """
 from .acc import acc
 from .base import ControlAffineSystem, Controller
 from .bicycle import bicycle, steering_angle
 from .double_integrator import double_integrator
 from .inverted_pendulum import inverted_pendulum
-from .registry import SYSTEM_NAMES, get_system
+from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
 from .unicycle import unicycle
 from .van_der_pol import van_der_pol
 
 __all__ = [
-    "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES",
+    "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
+    "register", "system_origin", "unregister",
     "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
     "steering_angle",
 ]

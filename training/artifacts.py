@@ -73,14 +73,16 @@ def build_card(cfg, system, resolved, training: dict[str, Any],
     else:
         class_k = {"kind": "linear", "alpha1": float(cfg.alpha1), "alpha2": float(cfg.alpha2)}
     params = {f.name: float(getattr(system.params, f.name)) for f in dataclasses.fields(system.params)}
+    from systems import system_origin
     return ModelCard(
-        system=system.name,
+        system=cfg.system,
+        system_origin=system_origin(cfg.system),
         system_params=params,
         state_names=list(system.state_names),
         input_names=list(system.input_names),
         u_min=[float(v) for v in resolved.u_min],
         u_max=[float(v) for v in resolved.u_max],
-        constraint={"system": system.name, "expression": expression_text(system.constraint_expr),
+        constraint={"system": cfg.system, "expression": expression_text(system.constraint_expr),
                     "symbolic": str(system.symbolic.constraint), "safe_when": "constraint(x) >= 0"},
         order=int(cfg.order),
         class_k=class_k,

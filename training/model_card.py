@@ -28,7 +28,7 @@ class CardError(CbfsimError, ValueError):
 
 @dataclass
 class ModelCard:
-    system: str                               # systems.get_system name
+    system: str                               # systems.get_system name, or an import path module:Class
     system_params: dict[str, float]           # full parameter set used in training
     state_names: list[str]
     input_names: list[str]
@@ -44,6 +44,7 @@ class ModelCard:
     config: dict[str, Any]                    # the TrainConfig as a dict
     training: dict[str, Any] = field(default_factory=dict)       # time_s, rounds, check history, ...
     verification: dict[str, Any] | None = None                    # VerifyReport.to_dict()
+    system_origin: str = "builtin"            # "builtin", "registered" or "import" (systems.system_origin)
     schema: str = SCHEMA
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -93,6 +94,8 @@ class ModelCard:
         if self.schema != SCHEMA:
             raise CardError(f"schema must be {SCHEMA!r}, got {self.schema!r}")
         _string(self.system, "system")
+        if self.system_origin not in ("builtin", "registered", "import"):
+            raise CardError(f"system_origin must be 'builtin', 'registered' or 'import', got {self.system_origin!r}")
         _names(self.state_names, "state_names")
         _names(self.input_names, "input_names")
         n, m = len(self.state_names), len(self.input_names)
