@@ -256,14 +256,15 @@ def test_nominal_controllers_leave_the_safe_set(name: str, controller: str, x0: 
 
 
 def test_single_source_and_layering() -> None:
-    """No other package imported; torch only lazily."""
+    """No other package of ours imported (but the leaf compiler.errors); torch only lazily."""
     for path in (ROOT / "systems").glob("*.py"):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             mods = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
             for mod in mods:
-                assert mod.split(".")[0] not in {"cbfsim", "compiler", "training"}, (path, mod)
+                assert mod == "compiler.errors" or mod.split(".")[0] not in {"cbfsim", "compiler", "training"}, \
+                    (path, mod)
                 if mod.split(".")[0] == "torch":
                     assert node.col_offset > 0, f"{path.name}: torch imported at module level"
     code = "import sys, systems; [systems.get_system(n).f([0.0] * systems.get_system(n).n) for n in systems.SYSTEM_NAMES]; " \
