@@ -181,7 +181,9 @@ def test_short_training_passes_the_verifier(trained) -> None:
     from training.verify import verify
     result, out = trained
     assert result.passed and result.final_check["condition_failures"] == 0
-    assert sorted(p.name for p in out.iterdir()) == ["model.json", "model.onnx", "state_dict.pt"]
+    assert sorted(p.name for p in out.iterdir()) == ["model.json", "model.onnx", "state_dict.pt", "training_curves.png"]
+    assert (out / "training_curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert repr(result).startswith("TrainResult(PASS: van_der_pol") and "\n" not in repr(result)
     card = ModelCard.from_json(out / "model.json")
     assert card.verification["passed"] and card.training["time_s"] > 0
     report = verify(out / "model.onnx", out / "model.json", grid=301)          # an independent dense grid
@@ -215,3 +217,47 @@ def test_cli_help_and_presets(capsys: pytest.CaptureFixture) -> None:
     assert cli_main(["presets"]) == 0
     assert {"vdp", "bicycle", "pendulum"} <= {line.split(":")[0] for line in capsys.readouterr().out.splitlines()}
     assert math.isfinite(1.0)
+
+
+def test_every_train_config_field_is_a_train_flag() -> None:
+    """Each TrainConfig field can be set from the command line, and reaches the config."""
+    import dataclasses
+    from training.cli import _config_from_args, build_parser
+    parser = build_parser()
+    sample = {"int": "7", "float": "0.375", "list[int]": "0,1", "list[float]": "0.5,1.5"}
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in ("system", "params"):
+            continue
+        kind = str(f.type).split(" |")[0]
+        flag = {"hidden": "--widths"}.get(f.name, "--" + f.name.replace("_", "-"))
+        argv = ["train", "--system", "van_der_pol", "--out", "x"]
+        if f.name == "activation":
+            argv += [flag, "tanh"]
+        elif f.name == "order":
+            argv += [flag, "2"]
+        elif kind == "bool":
+            argv += [flag]
+        else:
+            argv += [flag, sample[kind]]
+        cfg = _config_from_args(parser.parse_args(argv))
+        expected = {"bool": True, "int": 7, "float": 0.375, "list[int]": [0, 1], "list[float]": [0.5, 1.5]}.get(kind, "tanh")
+        expected = 2 if f.name == "order" else expected
+        assert getattr(cfg, f.name) == expected, f"{flag} did not set TrainConfig.{f.name}"
+
+
+def test_a_failed_run_is_diagnosed_with_knobs_that_exist_as_flags() -> None:
+    from training.cli import build_parser
+    from training.diagnose import KNOBS, diagnose
+    check = {"condition_failures": 12, "containment_failures": 3, "coverage": 0.4}
+    verification = {"condition_failures": 5, "containment_failures": 0, "n_region": 100,
+                    "condition_examples": [{"x": [0.5, -1.0]}, {"x": [0.7, -1.2]}]}
+    lines = diagnose(check, verification, ["x1", "x2"])
+    assert lines[0].startswith("the CBF condition fails at 12") and "x1 in [0.5, 0.7], x2 in [-1.2, -1]" in lines[0]
+    assert any(line.startswith("containment fails") for line in lines)
+    assert diagnose({"condition_failures": 0, "containment_failures": 0, "coverage": 0.5},
+                    {"condition_failures": 0, "containment_failures": 0, "n_region": 10}, ["x1", "x2"]) == []
+    flags = {opt for action in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+             for opt in action.option_strings}
+    for advice in (k for knobs in KNOBS.values() for k in knobs):
+        for flag in (w.rstrip(",:") for w in advice.split() if w.startswith("--")):
+            assert flag.split("/")[0] in flags, f"advice names a flag that does not exist: {flag}"

@@ -1,13 +1,19 @@
 """Command line: ``python -m training.cli {train,verify,presets} ...`` (see --help of each).
 
+Every TrainConfig field is a ``train`` flag (``--w-condition``, ``--label-lost`` ...).
+
 Exit status: 0 when the barrier passes (trainer check and compiled verifier clean), 1 when
-failures remain (the outputs are still written, with the failures in model.json), 2 on
-usage or configuration errors.
+failures remain (the outputs are still written, with the failures in model.json, and a
+diagnosis is printed), 2 on usage or configuration errors, 4 when a ``--quick`` smoke run
+passed (its budgets are too small to trust or ship the result).
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import inspect
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Sequence
@@ -29,6 +35,43 @@ def _param(text: str) -> tuple[str, float]:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
     name, value = text.split("=", 1)
     return name.strip(), float(value)
+
+
+SMOKE_PASSED = 4
+# TrainConfig fields with a hand-written flag above the generated ones (field -> flag dest)
+_EXPLICIT = {"system": "system", "params": "param", "hidden": "widths", "activation": "activation",
+             "order": "order", "gamma": "gamma", "alpha1": "alpha1", "alpha2": "alpha2",
+             "input_mask": "input_mask", "domain_lo": "domain_lo", "domain_hi": "domain_hi",
+             "u_min": "u_min", "u_max": "u_max", "rounds": "rounds", "max_time": "max_time", "seed": "seed"}
+
+
+def _field_comments() -> dict[str, str]:
+    """TrainConfig's trailing field comments, used as the generated flags' help."""
+    from .config import TrainConfig
+    found = re.findall(r"^\s+(\w+):[^#\n]*#\s*(.+)$", inspect.getsource(TrainConfig), flags=re.M)
+    return {name: text.strip() for name, text in found}
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field that has no hand-written flag, typed from the field."""
+    from .config import TrainConfig
+    comments = _field_comments()
+    group = parser.add_argument_group("every other TrainConfig field")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name in _EXPLICIT:
+            continue
+        flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
+        help_text = comments.get(f.name, f.name.replace("_", " "))
+        if kind == "bool":
+            group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+        elif kind.startswith("list[int]"):
+            group.add_argument(flag, type=_ints, metavar="I,J,...", help=help_text)
+        elif kind.startswith("list[float]"):
+            group.add_argument(flag, type=_floats, metavar="X1,X2,...", help=help_text)
+        elif kind in ("int", "float"):
+            group.add_argument(flag, type=int if kind == "int" else float, help=help_text)
+        else:
+            raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -61,7 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
     t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
     t.add_argument("--seed", type=int, help="seed for torch and numpy")
-    t.add_argument("--quick", action="store_true", help="small budgets for a smoke test (minutes -> seconds)")
+    t.add_argument("--quick", action="store_true",
+                   help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
+                        "when it passes, and never ships")
     t.add_argument("--out", type=Path, required=True, help="output directory")
     t.add_argument("--force", action="store_true", help="replace an existing output directory")
     t.add_argument("--no-verify", action="store_true", help="skip the compiled verifier (no C++ compiler needed)")
@@ -69,6 +114,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--ship", metavar="NAME", help="if it passes, also copy the result to MODELS_DIR/NAME.onnx and "
                                                    "MODELS_DIR/NAME.json")
     t.add_argument("--models-dir", type=Path, default=Path("experiments/models"), help="where --ship copies to")
+    _add_config_flags(t)
 
     v = sub.add_parser("verify", help="verify a compiled barrier against its model card",
                        description="Compile model.onnx and check, on seeded uniform samples (or a grid) of the "
@@ -99,14 +145,12 @@ def _config_from_args(args: argparse.Namespace):
     else:
         raise ConfigError("give --system, --preset or --config")
     changes = {}
-    for flag, field in (("system", "system"), ("activation", "activation"), ("order", "order"),
-                        ("gamma", "gamma"), ("alpha1", "alpha1"), ("alpha2", "alpha2"),
-                        ("input_mask", "input_mask"), ("domain_lo", "domain_lo"), ("domain_hi", "domain_hi"),
-                        ("u_min", "u_min"), ("u_max", "u_max"), ("rounds", "rounds"),
-                        ("max_time", "max_time"), ("seed", "seed"), ("widths", "hidden")):
-        value = getattr(args, flag)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name == "params":
+            continue
+        value = getattr(args, _EXPLICIT.get(f.name, f.name))
         if value is not None:
-            changes[field] = value
+            changes[f.name] = value
     if args.param:
         changes["params"] = {**cfg.params, **dict(args.param)}
     if args.quick:
@@ -121,16 +165,26 @@ def _train(args: argparse.Namespace) -> int:
     result = train_barrier(cfg, args.out, overwrite=args.force, verify=not args.no_verify,
                            progress=False if args.no_progress else None)
     check = result.final_check
-    print(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}")
+    smoke = " [SMOKE RUN: --quick budgets; do not trust or ship]" if args.quick else ""
+    print(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
     print(f"  trainer check ({check['n_checked']} states, float64): condition failures "
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
     _print_verification(result.verification)
-    if args.ship and result.passed:
+    print(f"  training curves: {args.out / 'training_curves.png'}")
+    if not result.passed:
+        from .diagnose import diagnose
+        for line in diagnose(check, result.verification, result.card["state_names"]):
+            print(f"  {line}")
+    if args.ship and args.quick:
+        print(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")
+    elif args.ship and result.passed:
         onnx_path, card_path = ship(args.out, args.models_dir, args.ship)
         print(f"  shipped {onnx_path} and {card_path}")
     elif args.ship:
         print(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
-    return 0 if result.passed else 1
+    if not result.passed:
+        return 1
+    return SMOKE_PASSED if args.quick else 0
 
 
 def _print_verification(v: dict | None) -> None:

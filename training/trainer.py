@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .artifacts import CARD_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
+from .artifacts import CARD_NAME, CURVES_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
 from .check import CheckResult, check
 from .config import ConfigError, TrainConfig
 from .lie import lie_terms
@@ -35,8 +35,10 @@ from .samplers import ConstraintTools, backup_margin, near_boundary, neighbours,
 CE_CAP = 100_000     # counterexample states kept (newest first)
 
 
-@dataclass
+@dataclass(repr=False)
 class TrainResult:
+    """What ``train_barrier`` returns. ``print`` gives one line; the fields hold the details."""
+
     barrier: MaskedBarrier                   # trained module (float32)
     card: dict[str, Any]                     # model card as written (verification included)
     out_dir: Path | None
@@ -46,6 +48,16 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     final_check: dict[str, float] = field(default_factory=dict)
     verification: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        check = self.final_check
+        verdict = "PASS" if self.passed else "FAIL"
+        verified = ("not verified" if self.verification is None else
+                    f"verifier {'PASS' if self.verification.get('passed') else 'FAIL'}")
+        return (f"TrainResult({verdict}: {self.card.get('system')}, {self.rounds} rounds, {self.train_time:.1f} s; "
+                f"condition failures {check.get('condition_failures')}, containment failures "
+                f"{check.get('containment_failures')}, coverage {check.get('coverage') or 0:.3f}; {verified}; "
+                f"out={self.out_dir})")
 
 
 def _progress_enabled(progress: bool | None) -> bool:
@@ -225,4 +237,6 @@ def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: Train
         verification = report.to_dict()
         card.verification = verification
     card.to_json(directory / CARD_NAME)
+    from .curves import plot_training_curves
+    plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=f"Training: {card.system}")
     return verification
