@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -22,6 +23,7 @@ from .barriers import CompiledBarrier
 from .classk import Linear
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
+from .preflight import PreflightWarning, card_findings, initial_state_findings, report as report_findings
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
 from .trajectory import Trajectory
@@ -77,6 +79,20 @@ def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
     return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
 
 
+def load_certificate(card_path: Path) -> dict[str, Any] | None:
+    """The certificate stored beside a model card (``NAME.cert.json``), or None."""
+    path = card_path.with_suffix(".cert.json")
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary's ``certificate`` entry: what was proven, over how much of the set, in how long."""
+    if certificate is None:
+        return None
+    keys = ("certified", "certified_coverage", "dt", "margin", "wall_time_s")
+    return {k: certificate.get(k) for k in keys}
+
+
 def shipped_model(spec: ExperimentSpec, models_dir: Path | None = None):
     """(card, system, onnx path) of the shipped model."""
     from systems import get_system
@@ -101,8 +117,10 @@ def retrain(spec: ExperimentSpec, out_dir: Path, progress: bool = True) -> Path:
 
 
 def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None, t_final: float | None = None,
-                   models_dir: Path | None = None, verify_samples: int | None = None, seed: int = 0) -> dict[str, Any]:
-    """Run the experiment, write figures and summary.json to out_dir, return the summary."""
+                   models_dir: Path | None = None, verify_samples: int | None = None, seed: int = 0,
+                   strict: bool = False) -> dict[str, Any]:
+    """Run the experiment, write figures and summary.json to out_dir, return the summary.
+    ``strict``: refuse to run (UnsafeRunError) when the preflight finds a problem."""
     from training.verify import certified_value, verify
     started = time.perf_counter()
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -118,10 +136,14 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     # {h >= 0}, or {h >= 0, psi1 >= 0} for order 2
     certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
     X0 = _initial_states(certified, lo, hi, runs, seed)
+    certificate = load_certificate(card_path)
+    showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
+    findings = card_findings(card, certificate) + initial_state_findings(
+        system.constraint(showcase_x0), certified(showcase_x0))
+    preflight = report_findings(findings, strict, where=f"experiment {spec.name}")
     common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
     filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
     nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)
-    showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
     showcase = simulate(system, barrier, showcase_filter, spec.controller, showcase_x0[0], **common)
     showcase_more = simulate_batch(system, barrier, batch_filter, spec.controller, showcase_x0, **common)
     showcase_nominal = simulate_batch(system, barrier, None, spec.controller, showcase_x0, order=order, **common)
@@ -148,6 +170,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
                    # the certified set's share of the constraint set ({h >= 0, psi1 >= 0} for order 2)
                    "coverage": report.coverage_safe_set, "coverage_h_nonnegative": report.coverage,
                    "states": report.n_states, "method": report.method},
+        "certificate": certificate_entry(certificate),
+        "preflight": preflight,
         "header_workspace_bytes": lib.workspace_bytes,
         "timing_s": {k: v for k, v in filtered.metadata["timing"].items() if k.endswith("_s")},
     }
@@ -169,6 +193,14 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     return summary
 
 
+def _certificate_text(entry: dict[str, Any] | None) -> str:
+    if entry is None:
+        return "none (sampled verification only)"
+    verdict = "certified" if entry.get("certified") else "NOT certified"
+    coverage = entry.get("certified_coverage")
+    return verdict + (f", {coverage:.1%} of the constraint set" if coverage is not None else "")
+
+
 def print_summary(summary: dict[str, Any]) -> None:
     rows = [
         ("runs x steps", f"{summary['runs']} x {summary['steps']}"),
@@ -180,30 +212,41 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),
         ("verifier: coverage of the constraint set", f"{summary['verify']['coverage']:.1%}"),
+        ("certificate", _certificate_text(summary.get("certificate"))),
         ("wall time", f"{summary['wall_time_s']:.1f} s"),
     ]
     width = max(len(k) for k, _ in rows)
     print(f"\n{summary['experiment']} ({summary['system']}, order {summary['order']})")
     for key, value in rows:
         print(f"  {key:<{width}}  {value}")
+    for finding in summary.get("preflight", []):
+        print(f"  warning: {finding['message']}")
 
 
 def main(spec: ExperimentSpec, argv: Sequence[str] | None = None) -> int:
     """The command line shared by the experiment scripts."""
     parser = argparse.ArgumentParser(description=f"Closed-loop experiment '{spec.name}' with its compiled neural barrier.")
-    parser.add_argument("--out", type=Path, default=Path("results") / spec.name, help="output directory")
+    parser.add_argument("--out", type=Path, default=None,
+                        help=f"output directory (default results/{spec.name}/, with --fast results/{spec.name}-fast/)")
     parser.add_argument("--runs", type=int, default=None, help=f"random initial states (default {spec.runs})")
     parser.add_argument("--t-final", type=float, default=None, help=f"seconds per run (default {spec.t_final})")
     parser.add_argument("--fast", action="store_true", help="a quick check: 20 runs, a short horizon, fewer samples")
     parser.add_argument("--retrain", action="store_true", help="train the barrier anew instead of the shipped one")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random initial states")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to run when the model is not verified or certified, or a showcase state lies "
+                             "outside the certified set (default: warn and record it in summary.json)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        args.out = Path("results") / (f"{spec.name}-fast" if args.fast else spec.name)
     models_dir = retrain(spec, args.out) if args.retrain else None
     runs, t_final, samples = args.runs, args.t_final, None
     if args.fast:
         runs, t_final, samples = runs or 20, t_final or min(spec.t_final, 2.0), 20_000
-    summary = run_experiment(spec, args.out, runs=runs, t_final=t_final, models_dir=models_dir,
-                             verify_samples=samples, seed=args.seed)
+    with warnings.catch_warnings():     # print_summary lists the preflight findings once
+        warnings.simplefilter("ignore", PreflightWarning)
+        summary = run_experiment(spec, args.out, runs=runs, t_final=t_final, models_dir=models_dir,
+                                 verify_samples=samples, seed=args.seed, strict=args.strict)
     print_summary(summary)
     print(f"  figures and summary.json in {args.out}/")
     ok = summary["violations_filtered"] == 0 and summary["verify"]["condition_failures"] == 0 \

@@ -12,7 +12,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ("vdp", "bicycle", "pendulum")
 REQUIRED = ("min_constraint_filtered", "min_constraint_nominal", "violations_filtered", "violations_nominal",
-            "qp_infeasible_steps", "runs", "steps", "wall_time_s")
+            "qp_infeasible_steps", "runs", "steps", "wall_time_s", "certificate", "preflight")
 
 pytestmark = pytest.mark.toolchain
 
@@ -40,6 +40,8 @@ def test_experiment_fast_mode(name, tmp_path, cxx):
     assert summary["violations_nominal"] > 0 and summary["min_constraint_nominal"] < 0.0
     assert summary["verify"]["condition_failures"] == 0 and summary["verify"]["containment_failures"] == 0
     assert summary["runs"] == 20
+    kinds = {f["kind"] for f in summary["preflight"]}
+    assert ("no_certificate" in kinds) == (summary["certificate"] is None)    # recorded, never silent
     for figure in ("phase_portrait.png", "phase_portrait_random.png", "showcase_time_series.png"):
         assert (tmp_path / figure).stat().st_size > 10_000
     assert status == 0

@@ -1,0 +1,48 @@
+"""Honest simulations: a run that starts outside its guarantee, or rests on an unproven model,
+is flagged (warning, recorded) and refused under strict."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from cbfsim.preflight import (PreflightWarning, UnsafeRunError, card_findings, initial_state_findings,
+                              report)
+
+
+def test_initial_states_outside_the_constraint_or_certified_set_are_named_by_run():
+    constraint = np.array([0.5, -0.25, 0.1, 0.3])
+    h = np.array([0.2, -0.1, -0.05, 0.4])
+    psi1 = np.array([0.1, 0.3, 0.2, -1e-9])
+    findings = initial_state_findings(constraint, h, psi1)
+    kinds = {f.kind: f for f in findings}
+    assert kinds["x0_outside_constraint_set"].runs == [1]
+    assert "min constraint -0.25" in kinds["x0_outside_constraint_set"].message
+    assert kinds["x0_outside_certified_set"].runs == [1, 2, 3]          # psi1 < 0 counts at order 2
+    assert "{h >= 0, psi1 >= 0}" in kinds["x0_outside_certified_set"].message
+    assert initial_state_findings(np.array([1.0]), np.array([0.0]), np.array([0.0])) == []   # boundary is inside
+    nan = initial_state_findings(np.array([np.nan]), np.array([np.nan]))
+    assert {f.kind for f in nan} == {"x0_outside_constraint_set", "x0_outside_certified_set"}
+
+
+@pytest.mark.parametrize("verification, certificate, expected", [
+    ({"passed": True}, {"certified": True}, set()),
+    ({"passed": False, "condition_failures": 3}, {"certified": True}, {"card_verification_failed"}),
+    (None, None, {"card_not_verified", "no_certificate"}),
+    ({"passed": True}, {"certified": False}, {"certificate_failed"}),
+])
+def test_what_the_card_does_not_prove_is_a_finding(verification, certificate, expected):
+    assert {f.kind for f in card_findings({"verification": verification}, certificate)} == expected
+
+
+def test_findings_warn_and_are_recorded_by_default_and_raise_under_strict():
+    findings = card_findings({"verification": {"passed": False}}, None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        recorded = report(findings, strict=False, where="run")
+    assert [r["kind"] for r in recorded] == ["card_verification_failed", "no_certificate"]
+    assert len(caught) == 2 and all(issubclass(w.category, PreflightWarning) for w in caught)
+    with pytest.raises(UnsafeRunError, match="run: the model card's sampled verification FAILED"):
+        report(findings, strict=True, where="run")
+    assert report([], strict=True) == []
