@@ -32,6 +32,7 @@ from .trajectory import Trajectory
 @dataclass(frozen=True)
 class ExperimentSpec:
     name: str                           # results/<name>/, experiments/models/<name>.onnx|json
+    title: str                          # the system in words, for figure titles ("Van der Pol")
     controller: str                     # the system's nominal controller
     t_final: float                      # seconds per run
     dt_control: float                   # control period (zero-order hold)
@@ -77,6 +78,16 @@ def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
     B, T1, n = traj.x.shape
     c = system.constraint(traj.x.reshape(-1, n)).reshape(B, T1)
     return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
+
+
+def nominal_field(system: Any, controller: str) -> Callable[[np.ndarray], np.ndarray]:
+    """x -> f(x) + G(x) u_nom(x), the input clipped to its box: the flow the filter corrects."""
+    nominal = system.nominal(controller)
+
+    def field(x: np.ndarray) -> np.ndarray:
+        u = np.clip(nominal(x), system.u_min, system.u_max)
+        return system.f(x) + np.einsum("bnm,bm->bn", system.G(x), u)
+    return field
 
 
 def load_certificate(card_path: Path) -> dict[str, Any] | None:
@@ -179,14 +190,16 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
     boundary = certified if order == 2 else None   # order 2: smaller than {h >= 0}, drawn too
+    flow = nominal_field(system, spec.controller)
+    portrait = dict(dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits, certified=boundary,
+                    vector_field=flow)
     phase_portrait(fig_dir / "phase_portrait.png", system, value, trajectories=showcase_more,
-                   nominal=showcase_nominal, dims=spec.dims, fixed=spec.portrait_fixed, certified=boundary,
-                   limits=spec.portrait_limits, title=f"{system.name}: filtered (solid) vs nominal (dashed)")
-    phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40],
-                   nominal=None, dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits,
-                   certified=boundary,
-                   title=f"{system.name}: {min(runs, 40)} filtered runs from random certified states")
-    time_series(fig_dir / "showcase_time_series.png", showcase, title=f"{system.name}: showcase (OSQP filter)")
+                   nominal=showcase_nominal, title=f"{spec.title}: filtered vs nominal", **portrait)
+    phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40], nominal=None,
+                   title=f"{spec.title}: {min(runs, 40)} filtered runs from random certified states", **portrait)
+    x0_text = ", ".join(f"{name} = {v:g}" for name, v in zip(system.state_names, showcase_x0[0]))
+    time_series(fig_dir / "showcase_time_series.png", showcase,
+                title=f"{spec.title}: one run from {x0_text} (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")
     summary["wall_time_s"] = time.perf_counter() - started
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")

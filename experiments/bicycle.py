@@ -10,6 +10,7 @@ from cbfsim.experiment import ExperimentSpec, main
 
 SPEC = ExperimentSpec(
     name="bicycle",
+    title="Kinematic bicycle (lane keeping)",
     controller="drift",                 # holds speed and steers toward p_y = 3 m (outside the lane)
     t_final=5.0,
     dt_control=0.01,

@@ -117,19 +117,24 @@ def plot(out: Path, ref: device.ReferenceRun, logs: dict[str, device.DeviceLog],
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from cbfsim.plots import STYLE
     from compiler import reference
 
     config = generated.config
     system = config.plant()
     t = np.arange(len(ref.x)) * device.f32(config.dt)
-    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5))
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.4), layout="constrained")
     lo, hi = system.domain
-    if system.n == 2:  # zero levels of the constraint and of the barrier
+    if system.n == 2:  # the unsafe region, the constraint boundary and the learned h = 0 (the one colour code)
         g1, g2 = np.meshgrid(np.linspace(lo[0], hi[0], 200), np.linspace(lo[1], hi[1], 200))
         grid = np.stack([g1.ravel(), g2.ravel()], axis=1)
-        ax.contour(g1, g2, system.constraint(grid).reshape(g1.shape), levels=[0], colors="k", linewidths=1)
-        ax.contour(g1, g2, reference.value(generated.compiled.model, grid).reshape(g1.shape), levels=[0],
-                   colors="tab:green", linestyles="--", linewidths=1)
+        c = system.constraint(grid).reshape(g1.shape)
+        ax.contourf(g1, g2, c, levels=[-np.inf, 0], colors=[STYLE["unsafe"]["color"]], alpha=STYLE["unsafe"]["alpha"])
+        for name, values in (("constraint", c), ("barrier", reference.value(generated.compiled.model, grid))):
+            st = STYLE[name]
+            ax.contour(g1, g2, values.reshape(g1.shape), levels=[0], colors=[st["color"]], linewidths=st["lw"],
+                       linestyles=st["ls"])
+            ax.plot([], [], color=st["color"], ls=st["ls"], lw=st["lw"], label=st["label"])
     ax.plot(*unfiltered(config, len(ref.x)).T[:2], ":", color="0.4", lw=1, label="no filter (nominal only)")
     ax.plot(ref.x[:, 0], ref.x[:, 1], color="0.6", lw=4, label="Python float64")
     styles = ["-", "--", ":", "-."]
@@ -138,11 +143,10 @@ def plot(out: Path, ref: device.ReferenceRun, logs: dict[str, device.DeviceLog],
         k = min(len(log.x), len(ref.x))
         bx.semilogy(t[:k], np.maximum(np.abs(log.x[:k] - ref.x[:k]).max(axis=1), 1e-12), styles[i % 4], label=name)
     ax.set(xlabel=system.state_names[0], ylabel=system.state_names[1], aspect="equal",
-           title=f"{system.name}: constraint (black), barrier zero level (green)")
-    ax.legend(loc="lower right", fontsize=8)
-    bx.set(xlabel="t [s]", ylabel="max |x_device - x_python|", title="device vs Python float64")
-    bx.legend(fontsize=8)
-    fig.tight_layout()
+           title="The same closed loop on each target and in Python")
+    fig.legend(*ax.get_legend_handles_labels(), loc="outside lower left", fontsize=8, ncol=3, frameon=False)
+    bx.set(xlabel="t [s]", ylabel="max |x_device - x_python|", title="Device (float32) vs Python (float64)")
+    bx.legend(fontsize=8, loc="lower right")
     path = out / "trajectories.png"
     fig.savefig(path, dpi=120)
     plt.close(fig)

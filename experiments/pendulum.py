@@ -11,6 +11,7 @@ from cbfsim.experiment import ExperimentSpec, main
 
 SPEC = ExperimentSpec(
     name="pendulum",
+    title="Inverted pendulum",
     controller="pd",                    # gravity compensation + PD toward pi/3, beyond theta_max = pi/4
     t_final=5.0,
     dt_control=0.005,

@@ -11,6 +11,7 @@ from cbfsim.experiment import ExperimentSpec, main
 
 SPEC = ExperimentSpec(
     name="vdp",
+    title="Van der Pol",
     controller="zero",                  # u = 0: the oscillator follows its limit cycle
     t_final=10.0,
     dt_control=0.01,
