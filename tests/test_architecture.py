@@ -27,7 +27,7 @@ def _project_exceptions():
     seen = {}
     for module in _modules():
         for name, obj in vars(module).items():
-            if (inspect.isclass(obj) and issubclass(obj, BaseException)
+            if (inspect.isclass(obj) and issubclass(obj, BaseException) and not issubclass(obj, Warning)
                     and obj.__module__.split(".")[0] in PACKAGES):
                 seen[f"{obj.__module__}.{obj.__qualname__}"] = obj
     return seen
