@@ -4,6 +4,7 @@ box or switching within the period, for the experiments' plants and periods."""
 from __future__ import annotations
 
 import itertools
+import zlib
 
 import numpy as np
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from compiler.errors import CbfsimError, ShapeError
 from compiler.interval import NAMESPACE, Interval
 from systems import ControlAffineSystem, get_system
-from training.reach import one_period_tube
+from training.reach import Tube, one_period_tube
 
 EXPERIMENT_PERIODS = [("van_der_pol", 0.01), ("bicycle", 0.01), ("inverted_pendulum", 0.005)]
 SHARES = (1e-3, 0.05, 0.3, 1.0)       # box edge as a share of the domain's edge
@@ -77,19 +78,14 @@ def _distance(box: Interval, points: np.ndarray) -> np.ndarray:
     return np.maximum(np.maximum(box.lo - points, points - box.hi), 0.0)
 
 
-@pytest.mark.parametrize("name, T", EXPERIMENT_PERIODS)
-@pytest.mark.parametrize("share", SHARES)
-def test_every_rk4_trajectory_stays_in_the_tube_and_ends_in_its_end_set(name: str, T: float, share: float) -> None:
-    system = get_system(name)
-    plant = system.enclosure(NAMESPACE)
-    rng = np.random.default_rng(hash((name, share)) % 2**32)
-    lo, hi = boxes_in_domain(system, share, count=4, rng=rng)
-    tube = one_period_tube(plant, Interval(lo, hi), Interval(system.u_min, system.u_max), T)
+def assert_trajectories_inside(system: ControlAffineSystem, tube: Tube, lo: np.ndarray, hi: np.ndarray,
+                               u_lo: np.ndarray, u_hi: np.ndarray, T: float, rng: np.random.Generator) -> None:
+    """RK4 trajectories from each box b (inputs in [u_lo[b], u_hi[b]]) stay in R[b], end in end[b]."""
     assert tube.ok.all(), "the tube closes for the experiment's period"
     assert tube.R.shape == tube.end.shape == lo.shape
     for b in range(lo.shape[0]):
         starts = start_points(lo[b], hi[b], rng)
-        schedules = input_schedules(system.u_min, system.u_max, rng)
+        schedules = input_schedules(u_lo[b], u_hi[b], rng)
         pairs = list(itertools.product(range(len(starts)), range(len(schedules))))
         x0 = starts[[p for p, _ in pairs]]
         inputs = schedules[[s for _, s in pairs]]
@@ -99,6 +95,35 @@ def test_every_rk4_trajectory_stays_in_the_tube_and_ends_in_its_end_set(name: st
         assert inside.all(), f"box {b}: a trajectory leaves R at step {np.argwhere(~inside)[0][0]}"
         at_end = _distance(tube.end[b], states[-1]) <= slack
         assert at_end.all(), f"box {b}: x(T) outside the end set"
+
+
+@pytest.mark.parametrize("name, T", EXPERIMENT_PERIODS)
+@pytest.mark.parametrize("share", SHARES)
+def test_every_rk4_trajectory_stays_in_the_tube_and_ends_in_its_end_set(name: str, T: float, share: float) -> None:
+    system = get_system(name)
+    rng = np.random.default_rng(zlib.crc32(f"{name} {share}".encode()))
+    lo, hi = boxes_in_domain(system, share, count=4, rng=rng)
+    tube = one_period_tube(system.enclosure(NAMESPACE), Interval(lo, hi), Interval(system.u_min, system.u_max), T)
+    u_lo, u_hi = (np.broadcast_to(u, lo.shape[:1] + u.shape) for u in (system.u_min, system.u_max))
+    assert_trajectories_inside(system, tube, lo, hi, u_lo, u_hi, T, rng)
+
+
+@pytest.mark.parametrize("name, T", EXPERIMENT_PERIODS)
+def test_per_box_input_boxes_enclose_their_own_trajectories(name: str, T: float) -> None:
+    """u_box (B, m): each box with its own sub-box of inputs (as a filter's admissible set)."""
+    system = get_system(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    lo, hi = boxes_in_domain(system, 0.05, count=4, rng=rng)
+    a, b = rng.uniform(system.u_min, system.u_max, size=(2, 4, system.m))
+    u_lo, u_hi = np.minimum(a, b), np.maximum(a, b)
+    plant = system.enclosure(NAMESPACE)
+    tube = one_period_tube(plant, Interval(lo, hi), Interval(u_lo, u_hi), T)
+    assert_trajectories_inside(system, tube, lo, hi, u_lo, u_hi, T, rng)
+    shared = Interval(system.u_min, system.u_max)
+    per_box = Interval(*(np.broadcast_to(u, (4, system.m)) for u in (system.u_min, system.u_max)))
+    one, each = one_period_tube(plant, Interval(lo, hi), shared, T), one_period_tube(plant, Interval(lo, hi), per_box, T)
+    assert np.array_equal(one.R.lo, each.R.lo) and np.array_equal(one.R.hi, each.R.hi)
+    assert np.all(tube.R.width <= one.R.width), "fewer inputs never widen the tube here"
 
 
 def test_the_end_set_is_inside_the_tube_and_the_tube_contains_the_box() -> None:
@@ -126,7 +151,7 @@ def test_bad_shapes_and_periods_are_refused_with_one_line() -> None:
     u = Interval(system.u_min, system.u_max)
     with pytest.raises(ShapeError, match=r"box must be an Interval of shape \(B, 4\)"):
         one_period_tube(plant, Interval(np.zeros((2, 3)), np.ones((2, 3))), u, 0.01)
-    with pytest.raises(ShapeError, match=r"u_box must be an Interval of shape \(2,\)"):
+    with pytest.raises(ShapeError, match=r"u_box must be an Interval of shape \(2,\) or \(B, 2\)"):
         one_period_tube(plant, box, Interval(np.zeros(1), np.ones(1)), 0.01)
     for T in (0.0, -0.01, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="period T must be a finite number > 0"):

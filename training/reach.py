@@ -77,7 +77,7 @@ def _is_zero(entry: Any) -> bool:
 
 
 def vector_field(plant: PlantEnclosure, box: Interval, u_box: Interval) -> Interval:
-    """Enclosure (B, n) of f(x) + G(x) u over x in each box and u in u_box."""
+    """Enclosure (B, n) of f(x) + G(x) u over x in each box and u in u_box ((m,) or (B, m))."""
     batch = box.shape[0]
     xs = _columns(box)
     f, G = plant.f(xs), plant.G(xs)
@@ -86,7 +86,7 @@ def vector_field(plant: PlantEnclosure, box: Interval, u_box: Interval) -> Inter
         total: Any = f[i]
         for j in range(plant.m):
             if not _is_zero(G[i][j]):
-                total = total + G[i][j] * u_box[j]
+                total = total + G[i][j] * u_box[..., j]
         rows.append(_batch(total, batch))
     return Interval.stack(rows, axis=1)
 
@@ -104,7 +104,7 @@ def _field_derivative(plant: PlantEnclosure, R: Interval, u_box: Interval, F: In
             coeff: Any = Jf[i][k]
             for j in range(plant.m):
                 if not _is_zero(JG[j][i][k]):
-                    coeff = coeff + JG[j][i][k] * u_box[j]
+                    coeff = coeff + JG[j][i][k] * u_box[..., j]
             if not _is_zero(coeff):
                 total = total + coeff * F[:, k]
         rows.append(_batch(total, batch))
@@ -125,8 +125,9 @@ def _finite_rows(R: Interval) -> np.ndarray:
 def _check(plant: PlantEnclosure, box: Interval, u_box: Interval, T: float) -> None:
     if box.ndim != 2 or box.shape[1] != plant.n:
         raise ShapeError(f"box must be an Interval of shape (B, {plant.n}), got {box.shape}")
-    if u_box.shape != (plant.m,):
-        raise ShapeError(f"u_box must be an Interval of shape ({plant.m},), got {u_box.shape}")
+    if u_box.shape not in ((plant.m,), (box.shape[0], plant.m)):
+        raise ShapeError(f"u_box must be an Interval of shape ({plant.m},) or (B, {plant.m}) = "
+                         f"({box.shape[0]}, {plant.m}), got {u_box.shape}")
     if not (isinstance(T, (int, float)) and math.isfinite(T) and T > 0):
         raise ValueError(f"the period T must be a finite number > 0, got {T!r}")
 
@@ -139,7 +140,8 @@ def _where(rows: np.ndarray, a: Interval, b: Interval) -> Interval:
 
 def one_period_tube(plant: PlantEnclosure, box: Interval, u_box: Interval, T: float) -> Tube:
     """Enclose every state reachable within [0, T] from each box (B, n) under any input in
-    u_box (m,): Picard iteration with epsilon-inflation, refined, intersected with a
+    u_box (m,), or in its own input box per box (u_box (B, m), e.g. the inputs a filter can
+    return there): Picard iteration with epsilon-inflation, refined, intersected with a
     first-order Taylor form (see the module docstring for why it is sound)."""
     _check(plant, box, u_box, T)
     T = float(T)
@@ -163,8 +165,9 @@ def one_period_tube(plant: PlantEnclosure, box: Interval, u_box: Interval, T: fl
     end = box + T * vector_field(plant, R, u_box)            # Picard at t = T alone
     if ok.any():
         R_ok, box_ok = R[ok], box[ok]
-        F_R = vector_field(plant, R_ok, u_box)
-        D = _field_derivative(plant, R_ok, u_box, F_R)
+        u_ok = u_box[ok] if u_box.ndim == 2 else u_box
+        F_R = vector_field(plant, R_ok, u_ok)
+        D = _field_derivative(plant, R_ok, u_ok, F_R)
         half_T2 = Interval.point(T) * T / 2.0
         F_box_ok = F_box[ok]
         # two enclosures of one set: never disjoint (intersect raises if they were)
