@@ -148,14 +148,19 @@ def _enclosure(system: ControlAffineSystem, backend: str) -> PlantEnclosure:
     return system.enclosure(NAMESPACE if backend == "interval" else IV_NAMESPACE)
 
 
+def _boxes_and_points(system: ControlAffineSystem, seed: int
+                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """lo, hi (B, n) of random boxes, points (B, P, n) in them and the points flat (B*P, n)."""
+    lo, hi = random_boxes(system, seed=seed)
+    pts = box_points(lo, hi, seed=seed + 1)
+    return lo, hi, pts, pts.reshape(-1, system.n)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_f_G_and_constraint_enclosures_contain_simulator_and_exact_values(system: ControlAffineSystem,
                                                                           backend: str) -> None:
-    enc = _enclosure(system, backend)
-    lo, hi = random_boxes(system, seed=1)
-    pts = box_points(lo, hi, seed=2)
-    flat = pts.reshape(-1, system.n)
-    B, P, n, m = pts.shape[0], pts.shape[1], system.n, system.m
+    lo, hi, pts, flat = _boxes_and_points(system, seed=1)
+    enc, (B, P, n), m = _enclosure(system, backend), pts.shape, system.m
     cases = [
         ("f", enc.f, system.f(flat).reshape(B, P, n), list(system.f_expr)),
         ("G", enc.G, system.G(flat).reshape(B, P, n * m), list(system.G_expr)),
@@ -172,11 +177,8 @@ def test_f_G_and_constraint_enclosures_contain_simulator_and_exact_values(system
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_jacobian_enclosures_contain_df_sympy_and_numerical_derivatives(system: ControlAffineSystem,
                                                                          backend: str) -> None:
-    enc = _enclosure(system, backend)
-    lo, hi = random_boxes(system, seed=3)
-    pts = box_points(lo, hi, seed=4)
-    B, P, n, m = pts.shape[0], pts.shape[1], system.n, system.m
-    flat = pts.reshape(-1, n)
+    lo, hi, pts, flat = _boxes_and_points(system, seed=3)
+    enc, (B, P, n), m = _enclosure(system, backend), pts.shape, system.m
 
     J_lo, J_hi = enclose(enc.jac_f, backend, lo, hi)                    # (B, n*n), row i col k
     columns = [system.df(flat, np.broadcast_to(np.eye(n)[k], flat.shape)) for k in range(n)]
