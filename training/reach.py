@@ -3,7 +3,8 @@
 The sampled-data check of the certifier (notes/certification.md section 5) bounds the Lie
 terms over every state the plant can visit between two control samples. ``one_period_tube``
 encloses that set for a batch of boxes of initial states and any input with values in a box
-(zero-order hold, or anything switching within the period), by the classic a-priori
+(zero-order hold, or anything switching within the period; one input box for all, or one
+per box of states, e.g. the inputs a filter can return there), by the classic a-priori
 enclosure of validated ODE solvers (Lohner; Nedialkov, Jackson & Corliss 1999):
 
     R_{k+1} = box + [0, T] * (f(R_k) + G(R_k) u_box),   accepted once R_{k+1} is inside R_k.
@@ -24,7 +25,7 @@ A first-order Taylor form tightens it further: with D(R) an enclosure of
 
     x(t) in x0 + t (f(x0) + G(x0) u_avg) + t^2/2 D(R),   u_avg in u_box,
 
-because f(x(s)) - f(x0) and (G(x(s)) - G(x0)) u(s) are integrals of J ẋ over [0, s] with
+because f(x(s)) - f(x0) and (G(x(s)) - G(x0)) u(s) are integrals of J xdot over [0, s] with
 x in R, and int_0^t int_0^s (values in the box D) = t^2/2 times a point of D. It gives the
 tube box + [0, T] F(box) + [0, T^2/2] D(R) and the end set box + T F(box) + T^2/2 D(R).
 Interval arithmetic is outward-rounded (compiler.interval), so all of it holds in float64.
@@ -133,7 +134,7 @@ def _check(plant: PlantEnclosure, box: Interval, u_box: Interval, T: float) -> N
 
 
 def _where(rows: np.ndarray, a: Interval, b: Interval) -> Interval:
-    """Row b of the batch from a where rows[b], else from b."""
+    """The rows of a where ``rows`` is True, the rows of b elsewhere ((B, n) Intervals)."""
     mask = rows[:, None]
     return Interval(np.where(mask, a.lo, b.lo), np.where(mask, a.hi, b.hi), check=False)
 
@@ -162,12 +163,12 @@ def one_period_tube(plant: PlantEnclosure, box: Interval, u_box: Interval, T: fl
         if ok.all() and np.all(refinements >= REFINEMENTS):
             break
 
-    end = box + T * vector_field(plant, R, u_box)            # Picard at t = T alone
+    F_R = vector_field(plant, R, u_box)
+    end = box + T * F_R                                      # Picard at t = T alone
     if ok.any():
         R_ok, box_ok = R[ok], box[ok]
         u_ok = u_box[ok] if u_box.ndim == 2 else u_box
-        F_R = vector_field(plant, R_ok, u_ok)
-        D = _field_derivative(plant, R_ok, u_ok, F_R)
+        D = _field_derivative(plant, R_ok, u_ok, F_R[ok])
         half_T2 = Interval.point(T) * T / 2.0
         F_box_ok = F_box[ok]
         # two enclosures of one set: never disjoint (intersect raises if they were)
