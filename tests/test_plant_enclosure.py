@@ -217,6 +217,15 @@ def test_batched_and_mpmath_enclosures_agree_to_rounding(system: ControlAffineSy
         assert np.all(np.abs(a_hi - b_hi) <= 1e-12 * scale), what
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_enclosures_of_a_single_state_are_tight_to_rounding(system: ControlAffineSystem, backend: str) -> None:
+    """Not merely sound: over a degenerate box every entry is a few ulps wide."""
+    x = np.random.default_rng(7).uniform(*system.domain, size=(3, system.n))
+    for what in ("f", "G", "jac_f", "jac_G", "constraint"):
+        lo, hi = enclose(getattr(_enclosure(system, backend), what), backend, x, x)
+        assert np.all(hi - lo <= 1e-13 * (1.0 + np.abs(lo))), what
+
+
 # ----------------------------------------------------------------------------- printing
 
 def test_even_powers_are_enclosed_tightly_not_as_products() -> None:

@@ -157,3 +157,19 @@ def test_bad_shapes_and_periods_are_refused_with_one_line() -> None:
         with pytest.raises(ValueError, match="period T must be a finite number > 0"):
             one_period_tube(plant, box, u, T)
     assert issubclass(ShapeError, CbfsimError)
+
+
+@pytest.mark.parametrize("name, T", EXPERIMENT_PERIODS)
+def test_the_tube_of_a_point_under_a_held_input_is_tight(name: str, T: float) -> None:
+    """Not merely sound: from a single state under one held input, R is within 1.5x the
+    trajectory's own range, and the end set within 2% of it (the Taylor remainder)."""
+    system = get_system(name)
+    rng = np.random.default_rng(zlib.crc32(name.encode()) + 1)
+    x = rng.uniform(*system.domain, size=(5, system.n))
+    u = rng.uniform(system.u_min, system.u_max)
+    tube = one_period_tube(system.enclosure(NAMESPACE), Interval(x, x), Interval(u, u), T)
+    assert tube.ok.all()
+    states = rk4_states(system, x, np.broadcast_to(u, (5, STEPS, system.m)), T)
+    spread = states.max(axis=0) - states.min(axis=0)
+    assert np.all(tube.R.width <= 1.5 * spread + 1e-12)
+    assert np.all(tube.end.width <= 0.02 * spread + 1e-12)
