@@ -3,6 +3,7 @@ the simulator's float64 values and the exact real values (mpmath, 40 digits) at 
 points, under mpmath.iv (scalar, sound) and compiler.interval (batched)."""
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from typing import Any, Callable
 
@@ -253,29 +254,25 @@ def test_constant_entries_are_the_simulators_float64_values(system: ControlAffin
 
 # ----------------------------------------------------------------------------- refusals
 
-class _Toy(ControlAffineSystem):
-    """A one-state plant whose drift is given by the test (class attribute ``drift``)."""
+@dataclasses.dataclass(frozen=True)
+class _NoParams:
+    pass
 
-    name = "toy"
-    state_names = ("x",)
-    input_names = ("u",)
-    drift: Callable[[sp.Symbol], Any] = staticmethod(lambda x: x)
 
-    from dataclasses import dataclass as _dc
+def toy_system(drift: Callable[[sp.Symbol], Any]) -> ControlAffineSystem:
+    """A one-state plant named 'toy' with xdot = drift(x) + u."""
 
-    @_dc(frozen=True)
-    class Params:
-        pass
+    class Toy(ControlAffineSystem):
+        name = "toy"
+        state_names = ("x",)
+        input_names = ("u",)
+        Params = _NoParams
 
-    @classmethod
-    def with_drift(cls, drift: Callable[[sp.Symbol], Any]) -> "_Toy":
-        sub = type("ToyWithDrift", (cls,), {"drift": staticmethod(drift)})
-        return sub()
-
-    @classmethod
-    def define(cls, x: tuple[sp.Symbol, ...], p: Any) -> Definition:  # type: ignore[override]
-        return Definition(f=[cls.drift(x[0])], G=[[1]], constraint=1 - x[0] ** 2, u_min=[-1], u_max=[1],
-                          domain=([-2], [2]), nominal={})
+        @staticmethod
+        def define(x: tuple[sp.Symbol, ...], p: Any) -> Definition:
+            return Definition(f=[drift(x[0])], G=[[1]], constraint=1 - x[0] ** 2, u_min=[-1], u_max=[1],
+                              domain=([-2], [2]), nominal={})
+    return Toy()
 
 
 @pytest.mark.parametrize("drift, named", [
@@ -286,7 +283,7 @@ class _Toy(ControlAffineSystem):
     (lambda x: sp.Abs(x), "jac_f[0][0] = sign(x)"),          # |x| itself is fine; its derivative is not
 ])
 def test_a_function_the_namespace_lacks_is_refused_with_one_line_naming_it(drift: Callable, named: str) -> None:
-    toy = _Toy.with_drift(drift)
+    toy = toy_system(drift)
     with pytest.raises(UnsupportedExpressionError, match="toy: ") as info:
         toy.enclosure(NAMESPACE)
     message = str(info.value)
