@@ -84,7 +84,7 @@ def _refusal(expr: sp.Expr, namespace: Mapping[str, Any]) -> str | None:
                 return name
             if all(isinstance(a, sp.Expr) for a in node.args):
                 continue
-        return f"{type(node).__name__} ({node})"
+        return type(node).__name__
     return None
 
 
