@@ -24,6 +24,8 @@ from sympy.printing.pycode import PythonCodePrinter
 if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
     import torch
 
+    from .enclosure import PlantEnclosure
+
 __all__ = ["ControlAffineSystem", "Controller", "Definition"]
 
 
@@ -586,6 +588,14 @@ class ControlAffineSystem:
         """>= 0 inside the constraint set: (n,) -> float; (B, n) -> (B,)."""
         out = self._h.numpy(*self._cols(x))
         return float(out) if out.ndim == 0 else out
+
+    # -- interval enclosures (for the certifier)
+    def enclosure(self, namespace: Mapping[str, Any]) -> "PlantEnclosure":
+        """f, G, their Jacobians and the constraint as functions over interval boxes, printed
+        from this system's sympy expressions into ``namespace`` (sympy function name ->
+        interval function, e.g. ``compiler.interval.NAMESPACE``); see systems/enclosure.py."""
+        from .enclosure import plant_enclosure
+        return plant_enclosure(self, namespace)
 
     # -- torch
     def _tcols(self, x: "torch.Tensor") -> list["torch.Tensor"]:
