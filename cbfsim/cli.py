@@ -83,10 +83,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command == "compile":
         from compiler.cli import main as cbfc
         return cbfc(rest)
-    if command == "simulate":
-        return simulate_main(rest)
-    from training.cli import main as training_main
-    return training_main([command, *rest])
+    from compiler.errors import CbfsimError
+    try:
+        if command == "simulate":
+            return simulate_main(rest)
+        from training.cli import main as training_main
+        return training_main([command, *rest])
+    except CbfsimError as exc:         # an unreadable or refused model: one line, no traceback
+        print(f"cbfsim {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

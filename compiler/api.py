@@ -7,11 +7,12 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .cost import CostReport
+from .cost import CostReport, cost_report
 from .emit_abi import emit_abi
 from .emit_cpp import EmitOptions, check_identifier, emit_header, sanitize_identifier
 from .errors import UnsupportedOpError
 from .ir import Model
+from .limits import DEFAULT_LIMITS, Limits
 from .passes import canonicalize
 
 
@@ -45,8 +46,11 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def load_model(source, name: str | None = None) -> Model:
-    """IR from a torch ``nn.Module``, an ONNX file / bytes / ModelProto, or an IR Model."""
+def load_model(source, name: str | None = None, limits: Limits = DEFAULT_LIMITS,
+               state_shape: tuple[int, ...] | None = None) -> Model:
+    """IR from a torch ``nn.Module``, an ONNX file / bytes / ModelProto, or an IR Model.
+    ``state_shape``: a torch model's state shape when it is not a vector (its nn.Flatten
+    then flattens it in C order)."""
     if isinstance(source, Model):
         model = source
     elif isinstance(source, (str, os.PathLike, bytes)) or type(source).__name__ == "ModelProto":
@@ -54,23 +58,29 @@ def load_model(source, name: str | None = None) -> Model:
             raise UnsupportedOpError(f"{source}: only ONNX files are read from disk (never pickles); "
                                      "export with torch.onnx.export first")
         from .frontend_onnx import load_onnx
-        model = load_onnx(source)
+        model = load_onnx(source, limits=limits)
         if name is None and isinstance(source, (str, os.PathLike)):
             name = Path(source).stem
     else:
         from .frontend_torch import load_torch
-        model = load_torch(source)
+        model = load_torch(source, state_shape=state_shape, limits=limits)
     if name is not None:
         model = replace(model, name=name)
     return model
 
 
 def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
-                  layout: str = "sweep") -> CompiledSource:
-    """Compile a barrier into header + shim text (nothing written)."""
-    model = load_model(source, name)
+                  layout: str = "sweep", limits: Limits = DEFAULT_LIMITS,
+                  state_shape: tuple[int, ...] | None = None) -> CompiledSource:
+    """Compile a barrier into header + shim text (nothing written). ``limits`` bound folded
+    constants, weights and workspace (checked before allocating); see ``load_model`` for
+    ``state_shape``."""
+    model = load_model(source, name, limits, state_shape)
     model = replace(model, name=check_identifier(name) if name else sanitize_identifier(model.name))
-    model = canonicalize(model)
+    model = canonicalize(model, limits)
     options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout)
+    options.check()
+    plan = cost_report(model, inputs, order, 4 if dtype == "float" else 8, layout)
+    limits.check("max_workspace_bytes", plan.workspace_bytes, f"the workspace of {model.name!r} ({plan.workspace_formula})")
     header, report = emit_header(model, options)
     return CompiledSource(model.name, header, emit_abi(model.name, options), report, model, options)

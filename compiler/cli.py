@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from .errors import CompilerError
+from .limits import add_limit_arguments, limits_from_args
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="sweep: the real path once and all m+1 directions together (fastest); min_memory: one "
                              "direction at a time, recomputing the real path (the paper's 2 max n_i workspace)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for NAME.hpp and NAME_abi.cpp")
+    add_limit_arguments(parser.add_argument_group("resource limits (checked before allocating)"))
     return parser
 
 
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{path}: no such file")
     try:
         compiled = compile_model(path, inputs=args.inputs, order=args.order, dtype=args.dtype, name=args.name,
-                                 layout=args.layout)
+                                 layout=args.layout, limits=limits_from_args(args))
         header, abi = compiled.write(args.output)
     except (CompilerError, ValueError, OSError) as exc:
         message = " ".join(str(exc).split())

@@ -45,3 +45,8 @@ class ToolchainError(CompilerError, RuntimeError):
         if stderr:
             detail += "\n" + stderr.strip()
         super().__init__(detail)
+
+
+class LimitExceededError(CompilerError, ValueError):
+    """A model that would need more memory than a stated limit (folded tensor, weights, workspace);
+    the message names the limit, the node and the flag that raises it."""

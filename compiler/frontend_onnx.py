@@ -12,7 +12,9 @@ and refuse look-alikes; anything unmatched is refused naming the op and node.
 Conventions, documented because they are choices:
 * The state is the last axis of the graph input; other axes are batch axes. A reshape is
   accepted when it keeps every state's features together on the last axis (adding or
-  removing unit dims, merging batch dims); anything else is refused.
+  removing unit dims, merging batch dims), or when its last axis takes a whole static
+  trailing block of axes: a (batch, 2, 3) input flattened to (batch, 6) has a 6-feature
+  state, its C-order flattening (``onnx_shapes``); anything else is refused.
 * Plain ONNX ``Softplus`` has no threshold, so it maps to softplus(beta, threshold=1e30),
   which never switches to the identity. The legacy exporter drops PyTorch's threshold
   (it emits only ``Mul -> Softplus -> Div``): such a file computes log(1+exp(beta x))/beta
@@ -35,7 +37,10 @@ import onnx
 from .activations import ACTIVATIONS, GELU_TANH_COEF, SQRT_2_OVER_PI
 from .errors import NonFiniteWeightError, ShapeError, UnsupportedOpError
 from .ir import Activation, Affine, Dense, Layer, Model, validate
+from .limits import DEFAULT_LIMITS, Limits, elements
 from .onnx_graph import FLOAT_TYPES, Expr, Graph, Shape, attrs, broadcast, label, load_model, reshape_target, shape_of
+from .onnx_shapes import merged_rows, shape_expression
+from .passes import repeat_per_row
 
 SOFTPLUS_NO_THRESHOLD = 1e30   # plain ONNX Softplus: never switch to the identity
 MAX_RUN = 4                    # longest run of segments one template may span
@@ -62,28 +67,31 @@ class State:
     width: int
 
 
-Result = Optional[tuple[list[Layer], State]]
+Result = Optional[tuple[list, State]]          # layers (and MergeRows markers), state after them
 
 
-def load_onnx(source: Union[str, os.PathLike, bytes, onnx.ModelProto], name: Optional[str] = None) -> Model:
+def load_onnx(source: Union[str, os.PathLike, bytes, onnx.ModelProto], name: Optional[str] = None,
+              limits: Limits = DEFAULT_LIMITS) -> Model:
     """Read an ONNX model of a scalar feed-forward network into a validated IR ``Model``.
 
     ``source`` is a path (external data is read from the model's directory), the
-    serialized bytes, or a ``ModelProto``. ``name`` defaults to the file stem.
+    serialized bytes, or a ``ModelProto``. ``name`` defaults to the file stem. ``limits``
+    bound what constant folding and the network may allocate (checked before allocating).
     """
     model_proto, _ = load_model(source)
     if isinstance(source, (str, os.PathLike)):
         origin, default_name = os.fspath(source), Path(os.fspath(source)).stem
     else:
         origin, default_name = "<onnx model>", model_proto.graph.name or "model"
-    g = Graph(model_proto)
+    g = Graph(model_proto, limits)
     start = _input_state(g)
-    layers, end = _convert(g, start)
+    layers, end, rows = _convert(g, start)
     declared = shape_of(g.output)
     if end.width != 1 or (declared and declared[-1] not in (None, 1) and end.shape[-1:] != declared[-1:]):
         raise ShapeError(f"the output {g.output.name!r} has shape {end.shape} (declared {declared}), i.e. "
                          f"{end.width} values per state; a barrier must have one scalar output")
-    model = Model(tuple(_merge_affine(layers)), input_dim=start.width, name=name or default_name, source=origin)
+    model = Model(tuple(_merge_affine(layers)), input_dim=start.width * rows, name=name or default_name,
+                  source=origin)
     return validate(model)
 
 
@@ -99,11 +107,14 @@ def _input_state(g: Graph) -> State:
         return State((), 1)
     if shape[-1] is None:
         raise ShapeError(f"input {g.input.name!r} has shape {shape}: the last (state) axis must be static")
+    g.limits.check("max_weights", int(shape[-1]), f"input {g.input.name!r} of shape {shape} (one weight per feature "
+                   "at least)")
     return State(shape, int(shape[-1]))
 
 
-def _convert(g: Graph, start: State) -> tuple[list[Layer], State]:
-    """Fewest-layer partition of the segments into template matches (left-to-right DP)."""
+def _convert(g: Graph, start: State) -> tuple[list[Layer], State, int]:
+    """Fewest-layer partition of the segments into template matches (left-to-right DP); also
+    how many input rows form one state (a (batch, 2, 3) input flattened to (batch, 6): 2)."""
     segs = g.segments()
     best: list[Optional[tuple[int, list[Layer], State]]] = [None] * (len(segs) + 1)
     best[0] = (0, [], start)
@@ -118,7 +129,13 @@ def _convert(g: Graph, start: State) -> tuple[list[Layer], State]:
     if best[-1] is None:
         stuck = max(i for i in range(len(segs)) if best[i] is not None)
         raise _diagnose([g.nodes[i] for i in segs[stuck].nodes])
-    return best[-1][1], best[-1][2]
+    layers, rows = [], 1
+    for layer in best[-1][1]:
+        if isinstance(layer, MergeRows):
+            layers, rows = repeat_per_row(layers, layer.rows, g.limits), rows * layer.rows
+        else:
+            layers.append(layer)
+    return layers, best[-1][2], rows
 
 
 def _diagnose(nodes: list[onnx.NodeProto]) -> UnsupportedOpError:
@@ -217,6 +234,23 @@ def _per_feature(c: np.ndarray, st: State, where: str) -> np.ndarray:
                      f"{st.shape} ({st.width} features); constants varying along batch axes are not supported")
 
 
+def _grown(a, b, e: Expr):
+    """``a``, after checking that combining it with ``b`` does not broadcast to a bigger array.
+
+    Constants that act per feature (scalars, or one value per feature) never grow when
+    combined; an outer product of constants would be refused later anyway, so it is refused
+    here, before numpy allocates it (a 480 KB file can otherwise ask for 13.4 GiB).
+    """
+    try:
+        shape = np.broadcast_shapes(np.shape(a), np.shape(b))
+    except ValueError as exc:
+        raise ShapeError(f"{e.where()}: constants of shapes {np.shape(a)} and {np.shape(b)} do not broadcast") from exc
+    if elements(shape) > max(np.size(a), np.size(b)):
+        raise ShapeError(f"{e.where()}: constants of shapes {np.shape(a)} and {np.shape(b)} combine into shape "
+                         f"{shape}; constants must act per feature (one value, or one per feature)")
+    return a
+
+
 def _poly(e: Expr, max_degree: int = 3) -> Optional[dict[int, np.ndarray]]:
     """Coefficients of e as a polynomial in X built from + - * / by constants, Neg, Pow."""
     if e is None:
@@ -236,21 +270,21 @@ def _poly(e: Expr, max_degree: int = 3) -> Optional[dict[int, np.ndarray]]:
             sign = 1.0 if op == "Add" else -1.0
             out = dict(a)
             for d, c in b.items():
-                out[d] = out[d] + sign * c if d in out else sign * c
+                out[d] = _grown(out[d], c, e) + sign * c if d in out else sign * c
             return out
         if op == "Neg":
             a = _poly(args[0], max_degree)
             return None if a is None else {d: -c for d, c in a.items()}
         if op == "Mul" and len(args) == 2:
             a, b = _poly(args[0], max_degree), _poly(args[1], max_degree)
-            return None if a is None or b is None else _poly_mul(a, b, max_degree)
+            return None if a is None or b is None else _poly_mul(a, b, max_degree, e)
         if op == "Div" and len(args) == 2 and args[1].is_const:
             a, c = _poly(args[0], max_degree), _finite(args[1])
             if a is None:
                 return None
             if np.any(c == 0):
                 raise NonFiniteWeightError(f"{e.where()} divides by constant {args[1].tensor!r}, which contains 0")
-            return {d: v / c for d, v in a.items()}
+            return {d: _grown(v, c, e) / c for d, v in a.items()}
         if op == "Pow" and len(args) == 2 and args[1].is_const:
             n = _scalar(args[1].value)
             a = _poly(args[0], max_degree)
@@ -258,7 +292,7 @@ def _poly(e: Expr, max_degree: int = 3) -> Optional[dict[int, np.ndarray]]:
                 return None
             out = a
             for _ in range(int(n) - 1):
-                out = _poly_mul(out, a, max_degree)
+                out = _poly_mul(out, a, max_degree, e)
                 if out is None:
                     return None
             return out
@@ -267,13 +301,14 @@ def _poly(e: Expr, max_degree: int = 3) -> Optional[dict[int, np.ndarray]]:
     return None
 
 
-def _poly_mul(a: dict, b: dict, max_degree: int) -> Optional[dict]:
+def _poly_mul(a: dict, b: dict, max_degree: int, e: Expr) -> Optional[dict]:
     out: dict[int, np.ndarray] = {}
     for da, ca in a.items():
         for db, cb in b.items():
             if da + db > max_degree:
                 return None
-            out[da + db] = out[da + db] + ca * cb if da + db in out else ca * cb
+            term = _grown(ca, cb, e) * cb
+            out[da + db] = _grown(out[da + db], term, e) + term if da + db in out else term
     return out
 
 
@@ -284,10 +319,11 @@ def _product(e: Expr) -> tuple[np.ndarray, list[Expr]]:
     if e.kind == "op" and e.out_index == 0:
         if e.op == "Mul":
             (ca, fa), (cb, fb) = _product(e.args[0]), _product(e.args[1])
-            return ca * cb, fa + fb
+            return _grown(ca, cb, e) * cb, fa + fb
         if e.op == "Div" and e.args[1].is_const:
             ca, fa = _product(e.args[0])
-            return ca / _finite(e.args[1]), fa
+            c = _finite(e.args[1])
+            return _grown(ca, c, e) / c, fa
         if e.op == "Neg":
             ca, fa = _product(e.args[0])
             return -ca, fa
@@ -300,7 +336,7 @@ def _sum(e: Expr) -> tuple[np.ndarray, list[tuple[np.ndarray, list[Expr]]]]:
         ka, ta = _sum(e.args[0])
         kb, tb = _sum(e.args[1])
         sign = 1.0 if e.op == "Add" else -1.0
-        return ka + sign * kb, ta + [(sign * c, f) for c, f in tb]
+        return _grown(ka, kb, e) + sign * kb, ta + [(sign * c, f) for c, f in tb]
     c, f = _product(e)
     return (c, []) if not f else (np.zeros(()), [(c, f)])
 
@@ -404,11 +440,21 @@ def _matmul_add(e: Expr, st: State) -> Result:
     return None
 
 
-def _row_preserving(e: Expr, st: State, out: Shape) -> State:
+@dataclass(frozen=True)
+class MergeRows:
+    """Marker in a layer list: the layers before it acted on each of ``rows`` rows alone,
+    which a reshape now merges into one state (``_convert`` makes them block-diagonal)."""
+    rows: int
+
+
+def _row_preserving(e: Expr, st: State, out: Shape) -> Result:
     if st.width == 1 or (out and out[-1] == st.width):
-        return State(tuple(out), st.width)
+        return [], State(tuple(out), st.width)
+    rows = merged_rows(st.shape, st.width, out)
+    if rows is not None:
+        return [MergeRows(rows)], State(tuple(out), st.width * rows)
     raise ShapeError(f"{e.where()}: reshapes {st.shape} to {tuple(out)}, which does not keep the {st.width} "
-                     "features of each state together on the last axis")
+                     "features of each state together on the last axis (nor merges whole trailing axes into it)")
 
 
 def _prod(dims) -> Optional[int]:
@@ -416,15 +462,20 @@ def _prod(dims) -> Optional[int]:
 
 
 def _reshape(e: Expr, st: State) -> Result:
-    if e.op not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or not _only_x(e) or not e.args[0].is_x:
+    if e.op not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or not e.args or not e.args[0].is_x:
         return None
     at, shape = attrs(e.node), st.shape
     second = e.args[1] if len(e.args) > 1 else None
-    if second is not None and not second.is_const:
-        raise UnsupportedOpError(f"{e.where()}: the {e.op} shape/axes input must be constant (dynamic shapes are "
-                                 "not supported)")
+    target = second.value if second is not None and second.is_const else None
+    if e.op == "Reshape" and target is None:
+        target = shape_expression(second, shape)
+    if second is not None and target is None:
+        if not _only_x(e):
+            return None
+        raise UnsupportedOpError(f"{e.where()}: the {e.op} shape/axes input must be constant or computed from "
+                                 "the shape of the data (shapes computed from its values are not supported)")
     if e.op == "Reshape":
-        out = reshape_target(shape, second.value, at.get("allowzero", 0), e.where())
+        out = reshape_target(shape, target, at.get("allowzero", 0), e.where())
     elif e.op == "Flatten":
         axis = at.get("axis", 1)
         axis = axis + len(shape) if axis < 0 else axis
@@ -448,7 +499,7 @@ def _reshape(e: Expr, st: State) -> Result:
             out = list(shape)
             for a in axes:
                 out.insert(a, 1)
-    return [], _row_preserving(e, st, tuple(out))
+    return _row_preserving(e, st, tuple(out))
 
 
 # ---- templates: activations ----------------------------------------------------------

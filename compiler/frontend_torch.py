@@ -1,10 +1,17 @@
-"""PyTorch ``nn.Sequential`` -> IR. Reads parameters only; never runs or unpickles anything."""
+"""PyTorch ``nn.Sequential`` -> IR. Reads parameters only; never runs or unpickles anything.
+
+A state need not be a vector: given ``state_shape`` (e.g. (2, 3) for two agents of three
+features), the IR state is its C-order flattening, layers before an ``nn.Flatten`` act on
+the last axis of every row (a Linear becomes block-diagonal, the same weights per row), and
+``nn.Flatten`` merges the rows into one vector, exactly as torch computes it."""
 from __future__ import annotations
 
 import numpy as np
 
 from .errors import ShapeError, UnsupportedOpError
 from .ir import Activation, Affine, Dense, Layer, Model, validate
+from .limits import DEFAULT_LIMITS, Limits, elements
+from .passes import repeat_per_row
 
 SUPPORTED = ("Linear, ReLU, LeakyReLU, Hardtanh, ELU, Tanh, Sigmoid, Softplus, SiLU, GELU, "
              "Identity, Flatten, Dropout, BatchNorm1d (eval mode), nested Sequential")
@@ -72,19 +79,67 @@ def _convert(name: str, module) -> list[Layer]:
     raise UnsupportedOpError(f"{where}: unsupported layer; supported: {SUPPORTED}")
 
 
-def load_torch(module, name: str | None = None, input_dim: int | None = None) -> Model:
-    """Convert an ``nn.Sequential`` (or a single supported layer) into an IR model."""
+def load_torch(module, name: str | None = None, input_dim: int | None = None,
+               state_shape: tuple[int, ...] | None = None, limits: Limits = DEFAULT_LIMITS) -> Model:
+    """Convert an ``nn.Sequential`` (or a single supported layer) into an IR model.
+
+    ``state_shape``: the shape of one state when it is not a vector (see the module docstring);
+    the model's input dimension is then its product.
+    """
     import torch.nn as nn
     if not isinstance(module, nn.Module):
         raise UnsupportedOpError(f"expected a torch.nn.Module, got {type(module).__name__}")
+    shape = None if state_shape is None else _checked_state_shape(state_shape, input_dim)
     layers: list[Layer] = []
     for qualified, leaf in _flatten(module, ""):
         if not isinstance(module, nn.Sequential) and leaf is module and not isinstance(leaf, nn.Linear):
             raise UnsupportedOpError(f"{type(module).__name__}: only nn.Sequential models (or a single Linear) "
                                      f"can be compiled; supported layers: {SUPPORTED}")
-        layers.extend(_convert(qualified, leaf))
+        if shape is None:
+            layers.extend(_convert(qualified, leaf))
+        elif isinstance(leaf, nn.Flatten):
+            shape = _flattened(shape, leaf, f"{qualified} (Flatten)")
+        else:
+            converted, shape = _per_row(_convert(qualified, leaf), shape, leaf, limits)
+            layers.extend(converted)
     dense = [layer for layer in layers if isinstance(layer, Dense)]
     if not dense:
         raise ShapeError("the model has no Linear layer, so its input dimension is unknown")
-    width = input_dim if input_dim is not None else dense[0].in_dim
+    width = elements(state_shape) if state_shape is not None else input_dim if input_dim is not None \
+        else dense[0].in_dim
     return validate(Model(tuple(layers), width, name=name or "model", source=type(module).__name__))
+
+
+def _checked_state_shape(state_shape, input_dim: int | None) -> tuple[int, ...]:
+    shape = tuple(int(d) for d in state_shape)
+    if not shape or any(d < 1 for d in shape):
+        raise ShapeError(f"state_shape {tuple(state_shape)} must be one or more positive dimensions")
+    if input_dim is not None and input_dim != elements(shape):
+        raise ShapeError(f"input_dim {input_dim} is not the size {elements(shape)} of state_shape {shape}")
+    return shape
+
+
+def _flattened(shape: tuple[int, ...], flatten, where: str) -> tuple[int, ...]:
+    """The state shape after ``nn.Flatten`` (its dims count the batch axis as 0)."""
+    rank = len(shape) + 1
+    start, end = flatten.start_dim % rank, flatten.end_dim % rank
+    if start == 0:
+        raise UnsupportedOpError(f"{where}: start_dim=0 merges the batch axis, mixing states across the batch")
+    start, end = start - 1, end - 1
+    return shape[:start] + (elements(shape[start:end + 1]),) + shape[end + 1:]
+
+
+def _per_row(layers: list[Layer], shape: tuple[int, ...], leaf, limits: Limits) -> tuple[list[Layer], tuple]:
+    """Layers acting on the last axis of a state of ``shape``, as layers on its C-order flattening."""
+    import torch.nn as nn
+    rows = elements(shape[:-1])
+    if rows > 1 and isinstance(leaf, nn.BatchNorm1d):
+        raise UnsupportedOpError(f"{layers[0].origin}: BatchNorm1d before the Flatten of a state of shape {shape} "
+                                 "normalises axis 1, not the features; place it after the Flatten")
+    for layer in layers:
+        if isinstance(layer, Dense):
+            if layer.in_dim != shape[-1]:
+                raise ShapeError(f"{layer.origin}: expects {layer.in_dim} inputs but the state's last axis has "
+                                 f"{shape[-1]} (state shape {shape})")
+            shape = shape[:-1] + (layer.out_dim,)
+    return repeat_per_row(layers, rows, limits), shape

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Union
 
 import numpy as np
 import onnx
@@ -21,10 +21,20 @@ from onnx import TensorProto, helper, numpy_helper
 from onnx.external_data_helper import load_external_data_for_tensor
 from onnx.inliner import inline_local_functions
 
-from .errors import ShapeError, UnsupportedOpError
+from .errors import ModelFormatError, ShapeError, UnsupportedOpError
+from .limits import DEFAULT_LIMITS, Limits, elements
 
 Dim = Optional[int]            # None: dynamic (symbolic or unknown) dimension
 Shape = tuple[Dim, ...]
+
+
+@dataclass(frozen=True)
+class InputDim:
+    """Dimension ``axis`` of the data entering a reshape, read by Shape (see ``onnx_shapes``)."""
+    axis: int
+
+
+Entry = Union[int, InputDim]  # one entry of a reshape target
 
 # Ops that are folded when all their (value) inputs are constant. No Shape: a shape read
 # from the data is not a constant, and models whose function depends on it are refused.
@@ -51,14 +61,24 @@ def value_inputs(node: onnx.NodeProto) -> list[str]:
 
 
 def load_model(source) -> tuple[onnx.ModelProto, Optional[str]]:
-    """Parse a model from a path, bytes or a ModelProto; external data only next to a file."""
-    if isinstance(source, onnx.ModelProto):
-        model, base = source, None
-    elif isinstance(source, (bytes, bytearray, memoryview)):
-        model, base = onnx.load_model_from_string(bytes(source)), None
-    else:
-        path = os.path.abspath(os.fspath(source))
-        model, base = onnx.load(path, load_external_data=False), os.path.dirname(path)
+    """Parse a model from a path, bytes or a ModelProto; external data only next to a file.
+
+    Anything that is not a well-formed ONNX model (empty, truncated, random bytes, a checker
+    failure, recursive local functions) is a ``ModelFormatError``: "not an ONNX model (...)".
+    """
+    from google.protobuf.message import Error as ProtobufError
+    try:
+        if isinstance(source, onnx.ModelProto):
+            model, base = source, None
+        elif isinstance(source, (bytes, bytearray, memoryview)):
+            model, base = onnx.load_model_from_string(bytes(source)), None
+        else:
+            path = os.path.abspath(os.fspath(source))
+            model, base = onnx.load(path, load_external_data=False), os.path.dirname(path)
+    except ProtobufError as exc:
+        raise ModelFormatError(f"not an ONNX model (protobuf: {_one_line(exc)})") from exc
+    if model.ByteSize() == 0:
+        raise ModelFormatError("not an ONNX model (empty: no graph, no version)")
     external = [t for t in _tensors(model.graph) if t.data_location == TensorProto.EXTERNAL]
     if external and base is None:
         names = ", ".join(repr(t.name) for t in external)
@@ -76,9 +96,47 @@ def load_model(source) -> tuple[onnx.ModelProto, Optional[str]]:
         load_external_data_for_tensor(tensor, base)
         tensor.data_location = TensorProto.DEFAULT
         del tensor.external_data[:]
-    if model.functions:
-        model = inline_local_functions(model)
+    try:
+        onnx.checker.check_model(_checkable(model))
+        if model.functions:
+            model = inline_local_functions(model)
+    except onnx.checker.ValidationError as exc:
+        raise ModelFormatError(f"not an ONNX model (checker: {_one_line(exc)})") from exc
     return model, base
+
+
+def _checkable(model: onnx.ModelProto) -> onnx.ModelProto:
+    """What the checker sees: the frontend accepts nodes in any order and outputs without a
+    declared shape; the checker demands dependency order and shapes on graph outputs. So it
+    checks a copy with the nodes sorted (a cycle stays unsorted and fails) and a placeholder
+    shape on such outputs (check_model does no shape inference). No copy when nothing differs."""
+    known = {t.name for t in model.graph.initializer} | {v.name for v in model.graph.input} | {""}
+    pending, order = list(model.graph.node), []
+    while pending:
+        ready = [n for n in pending if all(t in known for t in n.input)]
+        if not ready:
+            order += pending
+            break
+        ready_ids = {id(n) for n in ready}
+        pending = [n for n in pending if id(n) not in ready_ids]
+        order += ready
+        known.update(t for n in ready for t in n.output)
+    shapeless = [k for k, v in enumerate(model.graph.output)
+                 if v.type.HasField("tensor_type") and not v.type.tensor_type.HasField("shape")]
+    if not shapeless and all(a is b for a, b in zip(order, model.graph.node)):
+        return model
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    del copy.graph.node[:]
+    copy.graph.node.extend(order)
+    for k in shapeless:
+        copy.graph.output[k].type.tensor_type.shape.SetInParent()
+    return copy
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first non-empty line of an exception's message (onnx appends multi-line context)."""
+    return next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
 
 
 def _tensors(graph: onnx.GraphProto):
@@ -148,8 +206,10 @@ class Segment:
 class Graph:
     """Edge index of a model's main graph with on-demand constant folding."""
 
-    def __init__(self, model: onnx.ModelProto):
+    def __init__(self, model: onnx.ModelProto, limits: Limits = DEFAULT_LIMITS):
         self.model = model
+        self.limits = limits
+        self.folded_elements = 0            # running total, bounded by limits.max_folded_elements
         g = model.graph
         self.nodes = list(g.node)
         self.opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
@@ -208,12 +268,20 @@ class Graph:
             else:
                 node = self.nodes[self.producer[t]]
                 ins = [self.const(i) if i else None for i in value_inputs(node)]
+                self._reserve(node, ins)
                 try:
                     out = _fold(node, ins, self)
                 except (ValueError, IndexError, TypeError, KeyError) as exc:
                     raise UnsupportedOpError(f"{label(node)}: cannot fold constant: {exc}") from exc
                 self._cache[t] = np.asarray(out)
         return self._cache[t]
+
+    def _reserve(self, node: onnx.NodeProto, ins: list) -> None:
+        """Refuse a fold whose result would take the folded total over the limit, before computing it."""
+        count = _folded_size(node, ins)
+        self.limits.check("max_folded_elements", self.folded_elements + count,
+                          f"constant folding of {label(node)}")
+        self.folded_elements += count
 
     def elem_type(self, t: str) -> int:
         if t in self.value_info:
@@ -365,30 +433,58 @@ def _axes(node: onnx.NodeProto, ins: list, a: dict) -> Optional[list[int]]:
     return None
 
 
-def reshape_target(in_shape: Shape, target: np.ndarray, allowzero: int, where: str) -> Shape:
-    """ONNX Reshape semantics on dims that may be dynamic (None); -1 stays None if unknowable."""
-    tgt = [int(v) for v in np.asarray(target).reshape(-1)]
+def reshape_target(in_shape: Shape, target, allowzero: int, where: str) -> Shape:
+    """ONNX Reshape semantics on dims that may be dynamic (None). ``target`` holds ints or
+    ``InputDim``s; -1 is resolved when every dynamic input dim is copied into the target."""
+    tgt = [t if isinstance(t, InputDim) else int(t) for t in
+           (target if isinstance(target, list) else np.asarray(target).reshape(-1))]
     if tgt.count(-1) > 1:
-        raise ShapeError(f"{where}: reshape target {tgt} has more than one -1")
-    out: list[Dim] = []
+        raise ShapeError(f"{where}: reshape target {_show(tgt)} has more than one -1")
+    out: list[Entry] = []
     for k, d in enumerate(tgt):
-        if d == 0 and not allowzero:
+        if isinstance(d, int) and d == 0 and not allowzero:
             if k >= len(in_shape):
-                raise ShapeError(f"{where}: reshape target {tgt} copies dim {k} of a rank-{len(in_shape)} tensor")
-            out.append(in_shape[k])
+                raise ShapeError(f"{where}: reshape target {_show(tgt)} copies dim {k} of a rank-{len(in_shape)} "
+                                 "tensor")
+            out.append(InputDim(k))
         else:
             out.append(d)
     if -1 in out:
         k = out.index(-1)
         rest = [d for j, d in enumerate(out) if j != k]
-        if None in in_shape or None in rest:
+        dynamic = sorted(i for i, d in enumerate(in_shape) if d is None)
+        copied = sorted(d.axis for d in rest if isinstance(d, InputDim) and in_shape[d.axis] is None)
+        if copied != dynamic:
             out[k] = None
         else:
-            total, part = int(np.prod(in_shape)), int(np.prod(rest))
+            total = elements(d for d in in_shape if d is not None)
+            part = elements(in_shape[d.axis] if isinstance(d, InputDim) else d for d in rest
+                            if not (isinstance(d, InputDim) and in_shape[d.axis] is None))
             if part == 0 or total % part:
-                raise ShapeError(f"{where}: cannot reshape {in_shape} to {tgt}")
+                raise ShapeError(f"{where}: cannot reshape {in_shape} to {_show(tgt)}")
             out[k] = total // part
-    return tuple(out)
+    return tuple(in_shape[d.axis] if isinstance(d, InputDim) else d for d in out)
+
+
+def _show(target: list[Entry]) -> list:
+    return [f"dim{d.axis}" if isinstance(d, InputDim) else d for d in target]
+
+
+BROADCASTING = frozenset({"Add", "Sub", "Mul", "Div", "Pow"})
+
+
+def _folded_size(node: onnx.NodeProto, ins: list) -> int:
+    """Elements ``_fold`` will produce, from the input shapes alone (nothing allocated).
+    Only Concat and broadcasting ops can grow; the others keep their first input's size."""
+    arrays = [np.asarray(v) for v in ins if v is not None]
+    if node.op_type == "Concat":
+        return sum(a.size for a in arrays)
+    if node.op_type in BROADCASTING and len(arrays) == 2:
+        try:
+            return elements(np.broadcast_shapes(arrays[0].shape, arrays[1].shape))
+        except ValueError:
+            return 0                        # _fold raises the shape error with the node's name
+    return arrays[0].size if arrays else 0
 
 
 def _fold(node: onnx.NodeProto, ins: list, g: Graph) -> np.ndarray:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from .errors import SmoothnessError, UnsupportedOpError
 from .activations import ACTIVATIONS
 from .ir import Activation, Affine, Dense, Layer, Model, validate
+from .limits import DEFAULT_LIMITS, Limits
 
 
 def drop_identities(model: Model) -> Model:
@@ -44,22 +47,43 @@ def fold_affine(model: Model) -> Model:
     return validate(replace(model, layers=tuple(layers)))
 
 
-def merge_dense(model: Model) -> Model:
-    """Dense followed directly by Dense is one Dense (W2 (W1 a + b1) + b2)."""
+def merge_dense(model: Model, limits: Limits = DEFAULT_LIMITS) -> Model:
+    """Dense followed directly by Dense is one Dense (W2 (W1 a + b1) + b2). The product can be
+    far bigger than its factors (n x 1 times 1 x n), so its size is checked before it is formed."""
     layers: list[Layer] = []
     for layer in model.layers:
         if isinstance(layer, Dense) and layers and isinstance(layers[-1], Dense):
             first = layers.pop()
+            limits.check("max_weights", layer.out_dim * first.in_dim,
+                         f"merging {first.origin} and {layer.origin} (no activation between them)")
             layer = Dense(layer.weight @ first.weight, layer.weight @ first.bias + layer.bias,
                           origin=f"{first.origin} + {layer.origin}")
         layers.append(layer)
     return validate(replace(model, layers=tuple(layers)))
 
 
-def canonicalize(model: Model) -> Model:
-    """Identity removal, Affine folding, Dense merging; then check the canonical form."""
-    for step in (drop_identities, fold_affine, merge_dense):
-        model = step(model)
+def repeat_per_row(layers: list[Layer], rows: int, limits: Limits = DEFAULT_LIMITS) -> list[Layer]:
+    """Layers that acted on each of ``rows`` rows alone, as layers on the rows' concatenation
+    (a state flattened in C order): Dense becomes block-diagonal, Affine repeats per row."""
+    if rows == 1:
+        return list(layers)
+    out: list[Layer] = []
+    for layer in layers:
+        if isinstance(layer, Dense):
+            limits.check("max_weights", rows * rows * layer.weight.size,
+                         f"{layer.origin} applied to each of the {rows} rows of the state")
+            layer = Dense(np.kron(np.eye(rows), layer.weight), np.tile(layer.bias, rows), layer.origin)
+        elif isinstance(layer, Affine):
+            layer = Affine(np.tile(layer.scale, rows), np.tile(layer.shift, rows), layer.origin)
+        out.append(layer)
+    return out
+
+
+def canonicalize(model: Model, limits: Limits = DEFAULT_LIMITS) -> Model:
+    """Identity removal, Affine folding, Dense merging; then check the canonical form and its size."""
+    model = merge_dense(fold_affine(drop_identities(model)), limits)
+    limits.check("max_weights", sum(d.weight.size + d.bias.size for d in model.dense_layers()),
+                 f"the network {model.name!r} ({'-'.join(map(str, model.widths()))})")
     layers = model.layers
     if layers and isinstance(layers[0], Activation):
         raise UnsupportedOpError(f"{layers[0].origin}: the network starts with an activation; "

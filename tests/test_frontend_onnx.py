@@ -549,8 +549,10 @@ def test_refuses_multiple_outputs():
         load_onnx(model)
 
 
-def _bad(nodes, inits, **kw):
-    return graph_model(nodes, {"w": W34, "w41": W41, **inits}, **kw)
+def _bad(nodes, inits, domains=(), **kw):
+    model = graph_model(nodes, {"w": W34, "w41": W41, **inits}, **kw)
+    model.opset_import.extend(helper.make_opsetid(d, 1) for d in domains)
+    return model
 
 
 MM = helper.make_node("MatMul", ["x", "w"], ["h"])
@@ -569,8 +571,9 @@ TAIL = head()[0]
     (_bad([helper.make_node("Gemm", ["x", "w"], ["h"], transA=1), *TAIL], {}), UnsupportedOpError, "transA=1"),
     (_bad([helper.make_node("Div", ["c", "x"], ["d"]), helper.make_node("MatMul", ["d", "w"], ["h"]), *TAIL],
           {"c": 2.0}), UnsupportedOpError, r"Div node.*matches no supported pattern"),
-    (_bad([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Reshape", ["x", "s"], ["r"]),
-           helper.make_node("MatMul", ["r", "w"], ["h"]), *TAIL], {}), UnsupportedOpError, r"Shape node.*dynamic"),
+    (_bad([helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Cast", ["s"], ["sf"], to=TensorProto.FLOAT),
+           helper.make_node("Mul", ["x", "sf"], ["r"]), helper.make_node("MatMul", ["r", "w"], ["h"]), *TAIL], {}),
+     UnsupportedOpError, r"Shape node.*dynamic"),
     (_bad([MM, helper.make_node("Reshape", ["h", "s"], ["r"]), helper.make_node("MatMul", ["r", "w22"], ["y"])],
           {"s": np.array([2, 2], np.int64), "w22": np.ones((2, 1), np.float32)}),
      ShapeError, r"Reshape node.*\(1, 4\) to \(2, 2\).*together"),
@@ -580,7 +583,8 @@ TAIL = head()[0]
     (_bad([MM, helper.make_node("Sin", ["h"], ["t"]), helper.make_node("MatMul", ["t", "w41"], ["y"])], {}),
      UnsupportedOpError, r"Sin node producing 't': op Sin is not supported"),
     (_bad([MM, helper.make_node("Frob", ["h"], ["t"], domain="my.ops"),
-           helper.make_node("MatMul", ["t", "w41"], ["y"])], {}), UnsupportedOpError, r"domain 'my\.ops'"),
+           helper.make_node("MatMul", ["t", "w41"], ["y"])], {}, domains=["my.ops"]), UnsupportedOpError,
+     r"domain 'my\.ops'"),
     (_bad([MM, helper.make_node("Relu", ["h"], ["dead"]), *TAIL], {}), UnsupportedOpError,
      r"Relu node producing 'dead' computes from the input but does not contribute"),
     (_bad([helper.make_node("RandomUniform", [], ["junk"], shape=[2]), MM, *TAIL], {}), UnsupportedOpError,
