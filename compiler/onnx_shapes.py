@@ -20,6 +20,9 @@ from onnx import TensorProto
 from .onnx_graph import Entry, Expr, InputDim, Shape, attrs
 
 INT_TYPES = {TensorProto.INT64, TensorProto.INT32}
+# on static dims only: x.reshape(-1, x.shape[1] * x.shape[2]) multiplies two of them
+ARITHMETIC = {"Mul": lambda a, b: a * b, "Add": lambda a, b: a + b, "Sub": lambda a, b: a - b,
+              "Div": lambda a, b: a // b}
 
 
 
@@ -62,6 +65,13 @@ def _evaluate(e: Expr, shape: Shape) -> Optional[tuple[list[Entry], bool]]:
         if op == "Squeeze" and not scalar and len(data) == 1 and list(axes or [0]) in ([0], [-1]):
             return data, True
         return None
+    if op in ARITHMETIC and len(rest) == 1 and rest[0] is not None:
+        other, other_scalar = rest[0]
+        if any(isinstance(t, InputDim) for t in data + other) or (op == "Div" and 0 in other) or (len(data) != len(other) and 1 not in
+                                                                     (len(data), len(other))):
+            return None
+        pairs = zip(data * len(other), other) if len(data) == 1 else zip(data, other * len(data))
+        return [ARITHMETIC[op](a, b) for a, b in pairs], scalar and other_scalar
     if op == "Concat" and at.get("axis") in (0, -1) and all(a is not None and not a[1] for a in args):
         return [entry for a in args for entry in a[0]], False
     if op == "Slice" and not scalar and all(a is not None and not a[1] for a in rest):
