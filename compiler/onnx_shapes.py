@@ -67,11 +67,12 @@ def _evaluate(e: Expr, shape: Shape) -> Optional[tuple[list[Entry], bool]]:
         return None
     if op in ARITHMETIC and len(rest) == 1 and rest[0] is not None:
         other, other_scalar = rest[0]
-        if any(isinstance(t, InputDim) for t in data + other) or (op == "Div" and 0 in other) or (len(data) != len(other) and 1 not in
-                                                                     (len(data), len(other))):
+        size = max(len(data), len(other))
+        if (any(isinstance(t, InputDim) for t in data + other) or {len(data), len(other)} - {1, size}
+                or (op == "Div" and 0 in other)):
             return None
-        pairs = zip(data * len(other), other) if len(data) == 1 else zip(data, other * len(data))
-        return [ARITHMETIC[op](a, b) for a, b in pairs], scalar and other_scalar
+        data, other = (data * size if len(data) == 1 else data), (other * size if len(other) == 1 else other)
+        return [ARITHMETIC[op](a, b) for a, b in zip(data, other)], scalar and other_scalar
     if op == "Concat" and at.get("axis") in (0, -1) and all(a is not None and not a[1] for a in args):
         return [entry for a in args for entry in a[0]], False
     if op == "Slice" and not scalar and all(a is not None and not a[1] for a in rest):
