@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
 
@@ -38,8 +37,8 @@ from .activations import ACTIVATIONS, GELU_TANH_COEF, SQRT_2_OVER_PI
 from .errors import NonFiniteWeightError, ShapeError, UnsupportedOpError
 from .ir import Activation, Affine, Dense, Layer, Model, validate
 from .limits import DEFAULT_LIMITS, Limits, elements
-from .onnx_graph import FLOAT_TYPES, Expr, Graph, Shape, attrs, broadcast, label, load_model, reshape_target, shape_of
-from .onnx_shapes import merged_rows, shape_expression
+from .onnx_graph import FLOAT_TYPES, Expr, Graph, attrs, broadcast, label, load_model, only_x, shape_of
+from .onnx_shapes import MergeRows, Result, State, reshape_template
 from .passes import repeat_per_row
 
 SOFTPLUS_NO_THRESHOLD = 1e30   # plain ONNX Softplus: never switch to the identity
@@ -58,16 +57,6 @@ HINTS = {"Conv": "convolutions", "ConvTranspose": "convolutions", "LSTM": "recur
          "GRU": "recurrent layers", "RNN": "recurrent layers", "Softmax": "softmax / attention",
          "Attention": "attention", "MultiHeadAttention": "attention",
          "LayerNormalization": "normalisation across features", "Shape": "shapes read from the data (dynamic shapes)"}
-
-
-@dataclass(frozen=True)
-class State:
-    """Shape of the tensor on the data path and its number of features (last axis)."""
-    shape: Shape
-    width: int
-
-
-Result = Optional[tuple[list, State]]          # layers (and MergeRows markers), state after them
 
 
 def load_onnx(source: Union[str, os.PathLike, bytes, onnx.ModelProto], name: Optional[str] = None,
@@ -349,12 +338,6 @@ def _const_arg(e: Expr, k: int) -> Optional[Expr]:
     return arg
 
 
-def _only_x(e: Expr) -> bool:
-    """Every data operand of e's node is X itself (a template may then decide or raise)."""
-    data = [a for a in e.args if a is not None and not a.is_const]
-    return bool(data) and all(a.is_x for a in data)
-
-
 # ---- templates: linear layers and shapes ---------------------------------------------
 
 def _linear_input(e: Expr, st: State) -> None:
@@ -364,7 +347,7 @@ def _linear_input(e: Expr, st: State) -> None:
 
 
 def _gemm(e: Expr, st: State) -> Result:
-    if e.op != "Gemm" or not _only_x(e):
+    if e.op != "Gemm" or not only_x(e):
         return None
     a_, b_ = e.args[0], e.args[1]
     c_ = e.args[2] if len(e.args) > 2 else None
@@ -396,7 +379,7 @@ def _gemm(e: Expr, st: State) -> Result:
 
 
 def _matmul(e: Expr, st: State) -> Result:
-    if e.op != "MatMul" or not _only_x(e):
+    if e.op != "MatMul" or not only_x(e):
         return None
     a_, b_ = e.args
     if not (a_.is_const or b_.is_const):
@@ -440,75 +423,13 @@ def _matmul_add(e: Expr, st: State) -> Result:
     return None
 
 
-@dataclass(frozen=True)
-class MergeRows:
-    """Marker in a layer list: the layers before it acted on each of ``rows`` rows alone,
-    which a reshape now merges into one state (``_convert`` makes them block-diagonal)."""
-    rows: int
-
-
-def _row_preserving(e: Expr, st: State, out: Shape) -> Result:
-    if st.width == 1 or (out and out[-1] == st.width):
-        return [], State(tuple(out), st.width)
-    rows = merged_rows(st.shape, st.width, out)
-    if rows is not None:
-        return [MergeRows(rows)], State(tuple(out), st.width * rows)
-    raise ShapeError(f"{e.where()}: reshapes {st.shape} to {tuple(out)}, which does not keep the {st.width} "
-                     "features of each state together on the last axis (nor merges whole trailing axes into it)")
-
-
-def _prod(dims) -> Optional[int]:
-    return None if None in dims else int(np.prod(dims, dtype=np.int64))
-
-
-def _reshape(e: Expr, st: State) -> Result:
-    if e.op not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or not e.args or not e.args[0].is_x:
-        return None
-    at, shape = attrs(e.node), st.shape
-    second = e.args[1] if len(e.args) > 1 else None
-    target = second.value if second is not None and second.is_const else None
-    if e.op == "Reshape" and target is None:
-        target = shape_expression(second, shape)
-    if second is not None and target is None:
-        if not _only_x(e):
-            return None
-        raise UnsupportedOpError(f"{e.where()}: the {e.op} shape/axes input must be constant or computed from "
-                                 "the shape of the data (shapes computed from its values are not supported)")
-    if e.op == "Reshape":
-        out = reshape_target(shape, target, at.get("allowzero", 0), e.where())
-    elif e.op == "Flatten":
-        axis = at.get("axis", 1)
-        axis = axis + len(shape) if axis < 0 else axis
-        out = (_prod(shape[:axis]), _prod(shape[axis:]))
-    else:
-        axes = at.get("axes", None if second is None else [int(v) for v in np.ravel(second.value)])
-        if e.op == "Squeeze":
-            if not shape:
-                raise ShapeError(f"{e.where()}: cannot squeeze a rank-0 tensor")
-            if axes is None:
-                if None in shape:
-                    raise ShapeError(f"{e.where()}: Squeeze without axes on data of dynamic shape {shape}")
-                axes = [k for k, d in enumerate(shape) if d == 1]
-            axes = {a % len(shape) for a in axes}
-            if any(shape[a] not in (1, None) for a in axes):
-                raise ShapeError(f"{e.where()}: cannot squeeze axes {sorted(axes)} of shape {shape}")
-            out = tuple(d for k, d in enumerate(shape) if k not in axes)
-        else:
-            rank = len(shape) + len(axes)
-            axes = sorted(a % rank for a in axes)
-            out = list(shape)
-            for a in axes:
-                out.insert(a, 1)
-    return _row_preserving(e, st, tuple(out))
-
-
 # ---- templates: activations ----------------------------------------------------------
 
 SIMPLE = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
 
 
 def _single_activation(e: Expr, st: State) -> Result:
-    if not _only_x(e) or not e.args[0].is_x:
+    if not only_x(e) or not e.args[0].is_x:
         return None
     op, at = e.op, attrs(e.node)
     if op in SIMPLE:
@@ -646,7 +567,7 @@ def _affine(e: Expr, st: State) -> Result:
 
 
 TEMPLATES: tuple[Callable[[Expr, State], Result], ...] = (
-    _gemm, _matmul, _matmul_add, _reshape, _single_activation, _silu, _gelu, _softplus, _softplus_threshold,
+    _gemm, _matmul, _matmul_add, reshape_template, _single_activation, _silu, _gelu, _softplus, _softplus_threshold,
     _affine)
 
 

@@ -196,6 +196,12 @@ class Expr:
         return f"constant {self.tensor!r}" if self.is_const else "the input"
 
 
+def only_x(e: Expr) -> bool:
+    """Every data operand of e's node is X itself (a template may then decide or raise)."""
+    data = [a for a in e.args if a is not None and not a.is_const]
+    return bool(data) and all(a.is_x for a in data)
+
+
 @dataclass
 class Segment:
     source: str          # tensor entering

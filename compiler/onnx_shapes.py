@@ -9,15 +9,29 @@ A barrier whose input is (batch, 2, 3) is flattened to (batch, 6) before its fir
 layer: the state is then the C-order flattening of the trailing (2, 3). ``merged_rows`` finds
 the trailing block of input axes a reshape merges into its last axis; the layers before it
 acted on each row alone, so they become block-diagonal (``passes.repeat_per_row``).
+Also here: the data-path ``State`` of the frontend and its reshape template.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
 from onnx import TensorProto
 
-from .onnx_graph import Entry, Expr, InputDim, Shape, attrs
+from .errors import ShapeError, UnsupportedOpError
+from .onnx_graph import Entry, Expr, InputDim, Shape, attrs, only_x, reshape_target
+
+
+@dataclass(frozen=True)
+class State:
+    """Shape of the tensor on the data path and its number of features (last axis)."""
+    shape: Shape
+    width: int
+
+
+Result = Optional[tuple[list, State]]          # layers (and MergeRows markers), state after them
+
 
 INT_TYPES = {TensorProto.INT64, TensorProto.INT32}
 # on static dims only: x.reshape(-1, x.shape[1] * x.shape[2]) multiplies two of them
@@ -99,3 +113,67 @@ def merged_rows(in_shape: Shape, width: int, out: Shape) -> Optional[int]:
         if block > out[-1]:
             return None
     return None
+
+
+# ---- the frontend's reshape template -------------------------------------------------
+
+@dataclass(frozen=True)
+class MergeRows:
+    """Marker in a layer list: the layers before it acted on each of ``rows`` rows alone,
+    which a reshape now merges into one state (``_convert`` makes them block-diagonal)."""
+    rows: int
+
+
+def _row_preserving(e: Expr, st: State, out: Shape) -> Result:
+    if st.width == 1 or (out and out[-1] == st.width):
+        return [], State(tuple(out), st.width)
+    rows = merged_rows(st.shape, st.width, out)
+    if rows is not None:
+        return [MergeRows(rows)], State(tuple(out), st.width * rows)
+    raise ShapeError(f"{e.where()}: reshapes {st.shape} to {tuple(out)}, which does not keep the {st.width} "
+                     "features of each state together on the last axis (nor merges whole trailing axes into it)")
+
+
+def _prod(dims) -> Optional[int]:
+    return None if None in dims else int(np.prod(dims, dtype=np.int64))
+
+
+def reshape_template(e: Expr, st: State) -> Result:
+    if e.op not in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") or not e.args or not e.args[0].is_x:
+        return None
+    at, shape = attrs(e.node), st.shape
+    second = e.args[1] if len(e.args) > 1 else None
+    target = second.value if second is not None and second.is_const else None
+    if e.op == "Reshape" and target is None:
+        target = shape_expression(second, shape)
+    if second is not None and target is None:
+        if not only_x(e):
+            return None
+        raise UnsupportedOpError(f"{e.where()}: the {e.op} shape/axes input must be constant or computed from "
+                                 "the shape of the data (shapes computed from its values are not supported)")
+    if e.op == "Reshape":
+        out = reshape_target(shape, target, at.get("allowzero", 0), e.where())
+    elif e.op == "Flatten":
+        axis = at.get("axis", 1)
+        axis = axis + len(shape) if axis < 0 else axis
+        out = (_prod(shape[:axis]), _prod(shape[axis:]))
+    else:
+        axes = at.get("axes", None if second is None else [int(v) for v in np.ravel(second.value)])
+        if e.op == "Squeeze":
+            if not shape:
+                raise ShapeError(f"{e.where()}: cannot squeeze a rank-0 tensor")
+            if axes is None:
+                if None in shape:
+                    raise ShapeError(f"{e.where()}: Squeeze without axes on data of dynamic shape {shape}")
+                axes = [k for k, d in enumerate(shape) if d == 1]
+            axes = {a % len(shape) for a in axes}
+            if any(shape[a] not in (1, None) for a in axes):
+                raise ShapeError(f"{e.where()}: cannot squeeze axes {sorted(axes)} of shape {shape}")
+            out = tuple(d for k, d in enumerate(shape) if k not in axes)
+        else:
+            rank = len(shape) + len(axes)
+            axes = sorted(a % rank for a in axes)
+            out = list(shape)
+            for a in axes:
+                out.insert(a, 1)
+    return _row_preserving(e, st, tuple(out))
