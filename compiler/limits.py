@@ -28,6 +28,9 @@ class Limits:
 
 
 _UNITS = {"max_folded_elements": "elements", "max_weights": "weights", "max_workspace_bytes": "bytes"}
+_HELP = {"max_folded_elements": "elements of constants computed by folding, in total",
+         "max_weights": "weights and biases of the network (also per merged or block-diagonal layer)",
+         "max_workspace_bytes": "bytes of the header's Workspace"}
 DEFAULT_LIMITS = Limits()
 
 
@@ -43,7 +46,7 @@ def add_limit_arguments(parser: argparse.ArgumentParser) -> None:
     """The --max-... flags of cbfc / cbfsim compile, one per Limits field."""
     for f in fields(Limits):
         parser.add_argument("--" + f.name.replace("_", "-"), type=int, default=f.default, metavar="N",
-                            help=f"refuse models needing more than N {_UNITS[f.name]} here (default {f.default:,})")
+                            help=f"at most N {_HELP[f.name]} (default {f.default:,})")
 
 
 def limits_from_args(args: argparse.Namespace) -> Limits:
