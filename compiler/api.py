@@ -81,6 +81,7 @@ def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", nam
     options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout)
     options.check()
     plan = cost_report(model, inputs, order, 4 if dtype == "float" else 8, layout)
-    limits.check("max_workspace_bytes", plan.workspace_bytes, f"the workspace of {model.name!r} ({plan.workspace_formula})")
+    limits.check("max_workspace_bytes", plan.workspace_bytes,
+                 f"the workspace of {model.name!r} ({plan.workspace_formula})")
     header, report = emit_header(model, options)
     return CompiledSource(model.name, header, emit_abi(model.name, options), report, model, options)
