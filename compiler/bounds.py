@@ -114,8 +114,8 @@ class _Errors:
         w_v, w_d1, w_d2 = ENCLOSURES[layer.kind](wide, params, True)
         kinks = ENCLOSURES[layer.kind].kinks(params, True)
         straddle = np.zeros(a.shape, dtype=bool)
-        for k_lo, k_hi in kinks:
-            straddle |= (wide.lo <= k_hi) & (wide.hi > k_lo)
+        for k_lo, k_hi, _ in kinks:
+            straddle |= (wide.lo <= k_hi) & (wide.hi >= k_lo)
         body = float32_error(layer.kind, params, wide.mag, (w_v.mag, w_d1.mag, w_d2.mag))
         if layer.kind in DISCONTINUOUS:
             e_v = np.where(straddle, w_v.width, w_d1.mag * self.a)
@@ -194,8 +194,8 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
                 errors.activation(layer, a, t, H)
             value, d1, d2 = enc(a, params, False)
             if layer.kind in DISCONTINUOUS:
-                for k_lo, k_hi in enc.kinks(params, False):
-                    jumped |= np.any((a.lo <= k_hi) & (a.hi > k_lo), axis=1)
+                for k_lo, k_hi, _ in enc.kinks(params, False):
+                    jumped |= np.any((a.lo <= k_hi) & (a.hi >= k_lo), axis=1)
             if H is not None:
                 tt = t[:, :, None, :] * t[:, None, :, :]
                 diag = np.arange(n)

@@ -113,15 +113,15 @@ def _f_elu_left(x, p) -> Triple:
 
 def _linear(slope: float, offset: float = 0.0):
     def f(x, p) -> Triple:
-        zero = Interval.point(np.zeros(x.shape))
-        return slope * x + offset, zero + slope, zero
+        value = x if (slope == 1.0 and offset == 0.0) else slope * x + offset
+        return value, Interval.point(np.full(x.shape, slope)), Interval.point(np.zeros(x.shape))
     return f
 
 
 def _constant(value_of: Callable[[dict], float]):
     def f(x, p) -> Triple:
-        zero = Interval.point(np.zeros(x.shape))
-        return zero + value_of(p), zero, zero
+        zero = np.zeros(x.shape)
+        return Interval.point(zero + value_of(p)), Interval.point(zero), Interval.point(zero)
     return f
 
 
@@ -134,31 +134,38 @@ class Piece:
     crits: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
 
 
-def _no_kinks(p: dict, float32: bool) -> tuple[tuple[float, float], ...]:
+Kink = tuple[float, float, bool]     # (lo, hi, owned by the right piece at an exact kink point)
+
+
+def _no_kinks(p: dict, float32: bool) -> tuple[Kink, ...]:
     return ()
 
 
 def _exact_kink(k: float):
-    return lambda p, float32: ((k, k),)
+    return lambda p, float32: ((k, k, False),)
 
 
 @dataclass(frozen=True)
 class PiecewiseEnclosure:
-    """Smooth pieces separated by kinks. Piece i applies on (kink_{i-1}, kink_i]: at a kink
-    point the left piece's convention holds (a > kink selects the right piece), as in
-    compiler.activations. ``kinks(params, float32)`` gives each kink as an interval
-    (lo, hi) holding every position the evaluated code may switch at."""
+    """Smooth pieces separated by kinks. ``kinks(params, float32)`` gives each kink as
+    (lo, hi, right_owned): an interval holding every position the evaluated code may switch
+    at, and which piece's convention holds exactly at the kink (compiler.activations: a > 0
+    selects ReLU's right piece, so 0 belongs to the left; Hardtanh's derivative is 0 at both
+    bounds, so min_val belongs to the left piece and max_val to the right one)."""
     pieces: Callable[[dict], tuple[Piece, ...]]
-    kinks: Callable[[dict, bool], tuple[tuple[float, float], ...]] = _no_kinks
+    kinks: Callable[[dict, bool], tuple[Kink, ...]] = _no_kinks
 
     def __call__(self, x: Interval, params: dict, float32: bool = False) -> Triple:
-        pieces, kinks = self.pieces(params), self.kinks(params, float32)
-        lefts = [-np.inf] + [k[0] for k in kinks]
-        rights = [k[1] for k in kinks] + [np.inf]
+        kinks = self.kinks(params, float32)
+        lefts = [(-np.inf, -np.inf, True)] + list(kinks)
+        rights = list(kinks) + [(np.inf, np.inf, False)]
         acc = [Interval(np.full(x.shape, np.inf), np.full(x.shape, -np.inf), check=False) for _ in range(3)]
-        for piece, left, right in zip(pieces, lefts, rights):
-            touched = (x.hi > left) & (x.lo <= right) if np.isfinite(left) else (x.lo <= right)
-            lo, hi = np.clip(x.lo, left, right), np.clip(x.hi, left, right)
+        for piece, (a_lo, a_hi, a_right), (b_lo, b_hi, b_right) in zip(self.pieces(params), lefts, rights):
+            # the piece holds on (a, b), plus a kink's point where it owns it (or the kink is fuzzy)
+            left_ok = (x.hi >= a_lo) if (a_right or a_lo < a_hi) else (x.hi > a_lo)
+            right_ok = (x.lo <= b_hi) if (not b_right or b_lo < b_hi) else (x.lo < b_hi)
+            touched = left_ok & right_ok
+            lo, hi = np.clip(x.lo, a_lo, b_hi), np.clip(x.hi, a_lo, b_hi)
             part = _piece_image(piece, Interval(np.where(touched, lo, 0.0), np.where(touched, hi, 0.0),
                                                 check=False), params)
             acc = [_masked_hull(a, q, touched) for a, q in zip(acc, part)]
@@ -192,7 +199,8 @@ def _piece_image(piece: Piece, x: Interval, params: dict) -> Triple:
 def _fuzzy(k: float, k32: float, relative: float = 0.0):
     """An interval holding the exact kink k, its float32 position k32, and a relative fuzz."""
     lo, hi = min(k, k32), max(k, k32)
-    return (lo - relative * abs(lo) - 1e-300, hi + relative * abs(hi) + 1e-300)
+    return (float(np.nextafter(lo - relative * abs(lo), -np.inf)),
+            float(np.nextafter(hi + relative * abs(hi), np.inf)), False)
 
 
 def _f32(v: float) -> float:
@@ -210,7 +218,7 @@ def _softplus_kinks(p: dict, float32: bool):
 def _hardtanh_kinks(p: dict, float32: bool):
     if float32:
         return (_fuzzy(p["min_val"], _f32(p["min_val"])), _fuzzy(p["max_val"], _f32(p["max_val"])))
-    return ((p["min_val"],) * 2, (p["max_val"],) * 2)
+    return ((p["min_val"], p["min_val"], False), (p["max_val"], p["max_val"], True))
 
 
 TANH_D2_CRIT = math.atanh(1 / math.sqrt(3))            # 0.658478948462408...
