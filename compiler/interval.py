@@ -103,9 +103,10 @@ class Interval:
     # --- constructors -------------------------------------------------------------
     @classmethod
     def point(cls, x) -> "Interval":
-        """The degenerate interval [x, x] (x is exact: float64 values are exact reals)."""
+        """The degenerate interval [x, x] (x is exact: float64 values are exact reals).
+        lo and hi are the same array object, which products use as a fast path."""
         x = _arr(x)
-        return cls(x, x.copy(), check=False)
+        return cls(x, x, check=False)
 
     @classmethod
     def stack(cls, items: Sequence, axis: int = 0) -> "Interval":
@@ -139,6 +140,8 @@ class Interval:
 
     def __setitem__(self, index, value) -> None:
         value = as_interval(value)
+        if self.lo is self.hi:                 # a point interval shares one array
+            self.hi = self.hi.copy()
         self.lo[index] = value.lo
         self.hi[index] = value.hi
 
@@ -165,6 +168,8 @@ class Interval:
         """A point near the centre; [mid - rad, mid + rad] contains the interval."""
         with np.errstate(invalid="ignore"):
             m = 0.5 * self.lo + 0.5 * self.hi
+        if np.isfinite(np.sum(m)):
+            return m
         return np.where(np.isfinite(m), m, np.where(np.isfinite(self.lo), self.lo,
                                                     np.where(np.isfinite(self.hi), self.hi, 0.0)))
 
@@ -240,10 +245,13 @@ class Interval:
     def __mul__(self, other) -> "Interval":
         other = as_interval(other)
         with np.errstate(invalid="ignore", over="ignore"):
-            p = [self.lo * other.lo, self.lo * other.hi, self.hi * other.lo, self.hi * other.hi]
-        p = [np.where(np.isnan(q), 0.0, q) for q in p]      # 0 * inf = 0
-        lo = np.minimum(np.minimum(p[0], p[1]), np.minimum(p[2], p[3]))
-        hi = np.maximum(np.maximum(p[0], p[1]), np.maximum(p[2], p[3]))
+            if other.lo is other.hi:                         # a point factor: two products
+                p = [self.lo * other.lo, self.hi * other.lo]
+            else:
+                p = [self.lo * other.lo, self.lo * other.hi, self.hi * other.lo, self.hi * other.hi]
+        lo, hi = _min_max(p)
+        if np.isnan(np.sum(lo)) or np.isnan(np.sum(hi)):     # some 0 * inf: it is 0
+            lo, hi = _min_max([np.where(np.isnan(q), 0.0, q) for q in p])
         return Interval(_down(lo), _up(hi), check=False)
 
     __rmul__ = __mul__
@@ -284,6 +292,13 @@ class Interval:
             lo = _down(lo - _up(g * np.sum(np.abs(self.lo), axis)))
             hi = _up(hi + _up(g * np.sum(np.abs(self.hi), axis)))
         return Interval(lo, hi, check=False)
+
+
+def _min_max(products: list) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = products[0], products[0]
+    for q in products[1:]:
+        lo, hi = np.minimum(lo, q), np.maximum(hi, q)
+    return lo, hi
 
 
 def as_interval(x) -> Interval:
@@ -461,7 +476,8 @@ def matmul(x, w: np.ndarray) -> Interval:
     aw = np.abs(w)
     with np.errstate(invalid="ignore", over="ignore"):
         centre = c @ w
-        err = (r @ aw + g * (np.abs(c) @ aw)) * (1.0 + 2.0 * g) + TINY * k
+        # (r + g|c|) is formed with two roundings (< 3u relative): covered by the 4u below
+        err = ((r + g * np.abs(c)) @ aw) * (1.0 + 2.0 * g + 4.0 * U64) + TINY * k
         err = _up(_up(err))
         return Interval(_down(centre - err), _up(centre + err), check=False)
 

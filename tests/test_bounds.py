@@ -298,3 +298,36 @@ def test_pieces_marks_boxes_with_too_many_unstable_neurons_and_branches_the_othe
 def test_pieces_refuses_a_smooth_activation_naming_it():
     with pytest.raises(UnsupportedActivationError, match="'tanh'"):
         pieces(load_model(random_net("tanh", 2, 1, seed=0)), Interval(np.zeros((1, 2)), np.ones((1, 2))))
+
+
+def test_piece_error_bounds_contain_the_exact_rational_gradient_and_offset():
+    """Each piece recomputed in exact rational arithmetic (float weights are exact rationals)."""
+    from fractions import Fraction
+
+    from compiler.ir import Dense
+    net = random_net("leaky_relu", 3, 2, seed=21, gain=1.0)
+    model = load_model(net)
+    rng = np.random.default_rng(8)
+    box = random_boxes(rng, net, 3, 6)
+    result = pieces(model, box, max_unstable=10)
+    dense = [layer for layer in model.layers if isinstance(layer, Dense)]
+    acts = [dict(layer.params) for layer in model.layers if not isinstance(layer, Dense)]
+    checked = 0
+    for p in range(0, len(result.box_index), max(1, len(result.box_index) // 25)):
+        A = [[Fraction(v) for v in row] for row in dense[0].weight]
+        c = [Fraction(v) for v in dense[0].bias]
+        start = 0
+        for layer, params in zip(dense[1:], acts):
+            codes = result.pattern[p, start:start + len(c)]
+            start += len(c)
+            slope = [Fraction(1) if code == 1 else Fraction(params["negative_slope"]) for code in codes]
+            A = [[slope[i] * v for v in A[i]] for i in range(len(A))]
+            c = [slope[i] * c[i] for i in range(len(c))]
+            W = [[Fraction(v) for v in row] for row in layer.weight]
+            A = [[sum(W[o][i] * A[i][j] for i in range(len(A))) for j in range(3)] for o in range(len(W))]
+            c = [sum(W[o][i] * c[i] for i in range(len(c))) + Fraction(layer.bias[o]) for o in range(len(W))]
+        for j in range(3):
+            assert abs(Fraction(result.g[p, j]) - A[0][j]) <= Fraction(result.g_err[p, j])
+        assert abs(Fraction(result.c[p]) - c[0]) <= Fraction(result.c_err[p])
+        checked += 1
+    assert checked >= 5
