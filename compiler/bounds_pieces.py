@@ -89,9 +89,10 @@ def _affine_bounds(A, c, eA, ec, xc, xr):
     n = A.shape[-1]
     g = gamma(n + 1)
     absA = np.abs(A)
-    centre = np.einsum("pwn,pn->pw", A, xc) + c
-    radius = (np.einsum("pwn,pn->pw", absA, xr) + np.einsum("pwn,pn->pw", eA, np.abs(xc) + xr) + ec
-              + g * (np.einsum("pwn,pn->pw", absA, np.abs(xc)) + np.abs(c))) * _UP * (1 + 4 * g) + 1e-300
+    centre = (A @ xc[:, :, None])[:, :, 0] + c
+    # |A| (xr + g |xc|) + eA (|xc| + xr): the sums of nonnegative terms round within the 4g slack
+    radius = ((absA @ (xr + g * np.abs(xc))[:, :, None])[:, :, 0] + (eA @ (np.abs(xc) + xr)[:, :, None])[:, :, 0]
+              + ec + g * np.abs(c)) * _UP * (1 + 4 * g) + 1e-300
     return np.nextafter(centre - radius, -np.inf), np.nextafter(centre + radius, np.inf)
 
 
@@ -150,9 +151,9 @@ def pieces(model: Model, box, max_unstable: int = 10) -> Pieces:
         ecy = np.abs(slope) * ec[parent] + U64 * (np.abs(slope * c[parent]) + np.abs(cy))
         W, absW = dense.weight, np.abs(dense.weight)
         g = gamma(dense.in_dim + 1)
-        A = np.einsum("ow,pwn->pon", W, Ay)
+        A = W @ Ay
         c = cy @ W.T + dense.bias
-        eA = (np.einsum("ow,pwn->pon", absW, eAy + g * np.abs(Ay))) * _UP
+        eA = (absW @ (eAy + g * np.abs(Ay))) * _UP
         ec = (ecy @ absW.T + g * (np.abs(cy) @ absW.T + np.abs(dense.bias))) * _UP
     return Pieces(box_index, A[:, 0, :], c[:, 0], eA[:, 0, :] * _UP + 1e-300, ec[:, 0] * _UP + 1e-300,
                   pattern, branched, enumerated, unstable)
