@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .activations import ACTIVATIONS
 from .bounds_activations import ENCLOSURES, THIRD_DERIVATIVE_BOUND, float32_error
 from .errors import SmoothnessError, UnsupportedOpError
 from .interval import Interval, as_interval, gamma, matmul
@@ -75,7 +76,7 @@ def check_supported(model: Model, order: int) -> None:
             if layer.kind not in ENCLOSURES:
                 raise UnsupportedActivationError(
                     f"activation {layer.kind!r} has no interval enclosure; cannot bound this model")
-            if order >= 2 and layer.kind in ("relu", "leaky_relu", "hardtanh", "elu"):
+            if order >= 2 and not ACTIVATIONS[layer.kind].smooth:
                 raise SmoothnessError(f"order 2 needs a twice differentiable network, but activation "
                                       f"{layer.kind!r} has a kink")
 

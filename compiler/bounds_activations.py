@@ -1,6 +1,6 @@
 """Sound enclosures of each activation and its first two derivatives over an interval.
 
-``ENCLOSURES[kind](x, params, kinks_float32)`` returns intervals (value, d1, d2) that contain
+``ENCLOSURES[kind](x, params, float32=False)`` returns intervals (value, d1, d2) that contain
 sigma^(k)(a) for every a in x, with the derivative conventions of compiler.activations at
 kinks (ReLU'(0) = 0). Over an interval that straddles a kink the derivative enclosure is the
 hull of both sides' values, so it contains the Clarke generalized derivative too (the
@@ -12,7 +12,7 @@ sigma^(k) inside (all listed below; found analytically or, for SiLU and GELU, by
 40 digits, widened by ``CRIT_SLACK``). Values at those points come from sound interval
 formulas evaluated on degenerate (or tiny) intervals, so rounding is covered.
 
-``kinks_float32``: the float32 header compares against float32-rounded parameters and
+``float32=True``: the float32 header compares against float32-rounded parameters and
 computes its branch condition in float32, so each kink is widened to an interval covering
 both the exact and the float32 position; both neighbouring pieces apply inside it.
 
@@ -37,9 +37,17 @@ CRIT_SLACK = 1e-12
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)     # the float64 constants compiler.activations defines gelu-tanh with
 GELU_TANH_COEF = 0.044715
-INV_SQRT2 = Interval(float(np.nextafter(1 / math.sqrt(2), 0)), float(np.nextafter(1 / math.sqrt(2), 1)))
-INV_SQRT_2PI = Interval(float(np.nextafter(1 / math.sqrt(2 * math.pi), 0)),
-                        float(np.nextafter(1 / math.sqrt(2 * math.pi), 1)))
+
+
+def _constant_enclosure(value: float, ulps: int = 4) -> Interval:
+    """An interval around a real constant computed in a few float64 operations (each error
+    below one ulp, so ``ulps`` ulps either side hold the real value)."""
+    spread = ulps * math.ulp(value)
+    return Interval(value - spread, value + spread)
+
+
+INV_SQRT2 = _constant_enclosure(math.sqrt(0.5))
+INV_SQRT_2PI = _constant_enclosure(1 / math.sqrt(2 * math.pi))
 
 
 # --- sound formulas, evaluated only on points and tiny intervals -----------------------------
@@ -55,13 +63,10 @@ def _sech2(u: Interval) -> Interval:
 
 
 def _phi_cdf(x: Interval) -> Interval:
-    """Standard normal CDF, monotone: erfc at the endpoints of the (rounded-outward) argument."""
+    """Standard normal CDF 0.5 erfc(-x / sqrt 2): increasing, so erfc at the endpoints of the
+    outward-rounded argument (scipy's erfc is accurate to a few ulps, relative, in the tails)."""
     from scipy.special import erfc
-    arg = -(x * INV_SQRT2)
-    with np.errstate(over="ignore", under="ignore"):
-        lo, hi = 0.5 * erfc(arg.hi), 0.5 * erfc(arg.lo)
-    from .interval import _widen_down, _widen_up
-    return Interval(np.clip(_widen_down(lo), 0.0, 1.0), np.clip(_widen_up(hi), 0.0, 1.0), check=False)
+    return iv.monotone(lambda v: 0.5 * erfc(-v), x * INV_SQRT2, 0.0, 1.0)
 
 
 def _f_tanh(x, p) -> Triple:

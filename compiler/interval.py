@@ -368,8 +368,9 @@ def _float_power(x: Interval, e: float) -> Interval:
 
 
 # --- elementary functions ---------------------------------------------------------------
-def _monotone(fn, x: Interval, lower: float = -_INF, upper: float = _INF) -> Interval:
-    """Image of a nondecreasing function, widened for non-correct rounding, clipped to its range."""
+def monotone(fn, x: Interval, lower: float = -_INF, upper: float = _INF) -> Interval:
+    """Image of a nondecreasing numpy function that is accurate to a few ulps but not correctly
+    rounded (widened by TRANSCENDENTAL_ULPS and TINY), clipped to its range [lower, upper]."""
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         lo, hi = fn(x.lo), fn(x.hi)
     return Interval(np.clip(_widen_down(lo), lower, upper), np.clip(_widen_up(hi), lower, upper),
@@ -390,16 +391,16 @@ def sqrt(x) -> Interval:
 
 
 def exp(x) -> Interval:
-    return _monotone(np.exp, as_interval(x), lower=0.0)
+    return monotone(np.exp, as_interval(x), lower=0.0)
 
 
 def log(x) -> Interval:
     x = _domain_part(as_interval(x), 0.0, "log", strict=True)
-    return _monotone(np.log, x)
+    return monotone(np.log, x)
 
 
 def tanh(x) -> Interval:
-    return _monotone(np.tanh, as_interval(x), -1.0, 1.0)
+    return monotone(np.tanh, as_interval(x), -1.0, 1.0)
 
 
 _PI_HI = float(np.nextafter(math.pi, _INF))     # math.pi < pi < its successor
@@ -407,7 +408,7 @@ _HALF_PI_HI = float(np.nextafter(math.pi / 2, _INF))
 
 
 def atan(x) -> Interval:
-    return _monotone(np.arctan, as_interval(x), -_HALF_PI_HI, _HALF_PI_HI)
+    return monotone(np.arctan, as_interval(x), -_HALF_PI_HI, _HALF_PI_HI)
 
 
 def _hits(lo: np.ndarray, hi: np.ndarray, offset: float, period: float) -> np.ndarray:
@@ -448,7 +449,7 @@ def cos(x) -> Interval:
 def tan(x) -> Interval:
     """Monotone between poles; the entire line where a pole pi/2 + k pi may be inside."""
     x = as_interval(x)
-    out = _monotone(np.tan, x)
+    out = monotone(np.tan, x)
     pole = _hits(x.lo, x.hi, math.pi / 2, math.pi) | ~((x.hi - x.lo) < 3.0)
     return Interval(np.where(pole, -_INF, out.lo), np.where(pole, _INF, out.hi), check=False)
 
