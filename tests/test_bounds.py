@@ -331,3 +331,15 @@ def test_piece_error_bounds_contain_the_exact_rational_gradient_and_offset():
         assert abs(Fraction(result.c[p]) - c[0]) <= Fraction(result.c_err[p])
         checked += 1
     assert checked >= 5
+
+
+@pytest.mark.parametrize("float32", [False, True])
+def test_order_zero_encloses_h_alone_and_contains_the_reference_value(float32):
+    rng = np.random.default_rng(9)
+    net = random_net("silu", 2, 2, seed=5)
+    box = random_boxes(rng, net, 2, 32)
+    jets = enclose(load_model(net), box, order=0, float32=float32)
+    assert jets.grad is None and jets.hess is None
+    x = samples_in(rng, box, 8)
+    h = reference.value(load_model(net), x.reshape(-1, 2)).reshape(8, 32)
+    assert_contains(jets.h.broadcast_to((8, 32)), h, "h")
