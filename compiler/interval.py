@@ -5,7 +5,8 @@ boxes, or of scalars), lo <= hi. Every operation returns an enclosure of the exa
 image, rounded outward:
 
 * ``+ - * /`` and ``sqrt`` are correctly rounded in IEEE arithmetic, so moving each
-  computed bound one ulp outward (``np.nextafter``) is enough.
+  computed bound one ulp outward is enough (done as x +- (|x| 2^-52 + 2^-1074), which lands
+  at or beyond ``np.nextafter`` and is ten times faster).
 * numpy's exp, log, sin, cos, tan, tanh, atan and ``power`` with a float exponent are not
   correctly rounded (up to ~4 ulp in the SIMD kernels), so their results are widened by
   ``TRANSCENDENTAL_ULPS`` ulps plus ``TINY`` absolute.
@@ -39,6 +40,7 @@ TRANSCENDENTAL_ULPS = 8          # widening of numpy's non-correctly-rounded fun
 TINY = 2.0 ** -1000              # absolute widening: covers underflow and results near 0
 _INF = np.inf
 _MAX = float(np.finfo(np.float64).max)
+_MIN_SUBNORMAL = 5e-324
 
 
 class IntervalDomainError(CompilerError, ValueError):
@@ -53,12 +55,30 @@ def gamma(n: int, unit: float = U64) -> float:
     return float(np.nextafter(np.nextafter(nu / (1.0 - nu), _INF), _INF))
 
 
+def _step(x: np.ndarray) -> np.ndarray:
+    """|x| 2^-52 + 2^-1074: at least the spacing of the floats next to x on either side, so
+    x +- step rounds (to nearest) at or beyond np.nextafter(x, +-inf), about 10x faster."""
+    step = np.abs(x)
+    step *= 2.0 ** -52
+    step += _MIN_SUBNORMAL
+    return step
+
+
 def _down(x: np.ndarray) -> np.ndarray:
-    return np.nextafter(x, -_INF)
+    """A float at or below the float before x (never above the real value x was rounded from)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = x - _step(x)
+    if np.isnan(np.sum(out)):                   # +inf - inf: an overflowed value exceeds MAX only
+        out = np.where(np.isnan(out), np.where(x == _INF, _MAX, x), out)
+    return out
 
 
 def _up(x: np.ndarray) -> np.ndarray:
-    return np.nextafter(x, _INF)
+    with np.errstate(invalid="ignore", over="ignore"):
+        out = x + _step(x)
+    if np.isnan(np.sum(out)):
+        out = np.where(np.isnan(out), np.where(x == -_INF, -_MAX, x), out)
+    return out
 
 
 def _widen_down(x: np.ndarray, ulps: int = TRANSCENDENTAL_ULPS) -> np.ndarray:
