@@ -82,18 +82,23 @@ def _up(x: np.ndarray) -> np.ndarray:
 
 
 def _widen_down(x: np.ndarray, ulps: int = TRANSCENDENTAL_ULPS) -> np.ndarray:
-    """x lowered by ``ulps`` ulps of x and TINY (for a not correctly rounded result)."""
+    """x lowered by ``ulps`` ulps of x (plus one for the subtraction) and TINY: a lower bound
+    for a result accurate to ``ulps`` ulps; an overflowed +inf becomes MAX."""
     with np.errstate(over="ignore", invalid="ignore"):
-        out = _down(x - ulps * np.spacing(np.abs(x)) - TINY)
-    out = np.where(np.isnan(out), x, out)
-    return np.where(out == _INF, _MAX, out)      # an overflowed result is only known to exceed MAX
+        out = x - (np.abs(x) * ((ulps + 1) * 2.0 ** -52) + TINY)
+    if not np.isfinite(np.sum(out)):
+        out = np.where(np.isnan(out), x, out)
+        out = np.where(out == _INF, _MAX, out)
+    return out
 
 
 def _widen_up(x: np.ndarray, ulps: int = TRANSCENDENTAL_ULPS) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
-        out = _up(x + ulps * np.spacing(np.abs(x)) + TINY)
-    out = np.where(np.isnan(out), x, out)
-    return np.where(out == -_INF, -_MAX, out)
+        out = x + (np.abs(x) * ((ulps + 1) * 2.0 ** -52) + TINY)
+    if not np.isfinite(np.sum(out)):
+        out = np.where(np.isnan(out), x, out)
+        out = np.where(out == -_INF, -_MAX, out)
+    return out
 
 
 def _arr(x) -> np.ndarray:
@@ -279,10 +284,13 @@ class Interval:
     def __truediv__(self, other) -> "Interval":
         other = as_interval(other)
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            q = [self.lo / other.lo, self.lo / other.hi, self.hi / other.lo, self.hi / other.hi]
-        q = [np.where(np.isnan(v), 0.0, v) for v in q]       # inf / inf only with 0 excluded
-        lo = np.minimum(np.minimum(q[0], q[1]), np.minimum(q[2], q[3]))
-        hi = np.maximum(np.maximum(q[0], q[1]), np.maximum(q[2], q[3]))
+            if other.lo is other.hi:
+                q = [self.lo / other.lo, self.hi / other.lo]
+            else:
+                q = [self.lo / other.lo, self.lo / other.hi, self.hi / other.lo, self.hi / other.hi]
+        lo, hi = _min_max(q)
+        if np.isnan(np.sum(lo)) or np.isnan(np.sum(hi)):     # inf / inf (0 excluded): the hull holds it
+            lo, hi = _min_max([np.where(np.isnan(v), 0.0, v) for v in q])
         zero = other.contains_zero()
         return Interval(np.where(zero, -_INF, _down(lo)), np.where(zero, _INF, _up(hi)), check=False)
 
