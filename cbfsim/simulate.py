@@ -6,10 +6,16 @@ batch) and the safety filter run; the plant is then integrated with classic RK4 
 (u = u_nom clipped to the input box) while still recording h. Wall-clock time spent in the
 controller, barrier, filter and integrator is accumulated separately in
 ``metadata["timing"]`` for the benchmarks.
+
+A run whose state becomes non-finite stops and is marked (``Trajectory.run_status``,
+``metadata["faults"]``) while the rest of the batch finishes; ``on_fault="raise"`` raises
+instead. A horizon whose record cannot fit in memory is refused before anything is
+allocated. Single runs integrate through a float twin of the RK4 code where the plant has
+one (cbfsim/_fast_sim.py; same bits; ``CBFSIM_FAST_PATHS=0`` turns it off).
 """
 from __future__ import annotations
 
-import math
+import os
 import time
 from typing import Any, Callable
 
@@ -19,18 +25,27 @@ from compiler.errors import CbfsimError
 
 from .barriers import Barrier, ShapeError, as_batch, barrier_terms
 from .classk import describe
+from . import _fast_sim
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
-from .trajectory import Trajectory
+from .trajectory import STEP_NOT_RUN, RunStatus, Trajectory
 
 
 class NonFiniteStateError(CbfsimError, FloatingPointError):
-    """The state became NaN/Inf; carries the step index, time, run index and state."""
+    """The state became NaN/Inf (raised with ``on_fault="raise"``, or for a non-finite X0);
+    carries the control instant, time, run index and state, and ``trajectory``: every run
+    up to that instant (None for X0)."""
 
-    def __init__(self, step: int, time: float, state: np.ndarray, run: int = 0):
+    def __init__(self, step: int, time: float, state: np.ndarray, run: int = 0,
+                 trajectory: Trajectory | None = None):
         self.step, self.time, self.run = int(step), float(time), int(run)
         self.state = np.array(state, dtype=np.float64)
+        self.trajectory = trajectory
         super().__init__(f"non-finite state at control step {self.step} (t = {self.time:.6g} s) "
                          f"in run {self.run}: x = {np.array2string(self.state, precision=6)}")
+
+
+class TrajectoryTooLargeError(CbfsimError, MemoryError):
+    """The arrays a simulation records would not fit in the available memory."""
 
 
 def _steps(total: float, step: float, what: str, per: str) -> int:
@@ -46,9 +61,10 @@ def _steps(total: float, step: float, what: str, per: str) -> int:
 
 def rk4_zoh(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray:
     """Integrate x' = f(x) + G(x) u over substeps * dt with u held constant (classic RK4)."""
-    one = _rk4_single(system, x, u, dt, substeps)
-    if one is not None:
-        return one
+    return _integrate(system, x, u, dt, substeps)[0]
+
+
+def _rk4_array(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray:
     for _ in range(substeps):
         k1 = system.xdot(x, u)
         k2 = system.xdot(x + 0.5 * dt * k1, u)
@@ -58,61 +74,13 @@ def rk4_zoh(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int)
     return x
 
 
-_F64 = np.dtype(np.float64)
-_RK4_FLOAT: dict[int, Callable[..., list[float]]] = {}
-
-
-def _rk4_float(n: int) -> Callable[..., list[float]]:
-    """rk4_zoh's arithmetic for n states on Python floats, unrolled (generated once per n):
-    the same operations in the same order as the array code, x + (0.5 dt) k1 ... x + (dt/6)
-    (((k1 + 2 k2) + 2 k3) + k4), so the same bits, with no list or numpy call per stage."""
-    if n not in _RK4_FLOAT:
-        x = [f"x{i}" for i in range(n)]
-        k = [[f"k{s}_{i}" for i in range(n)] for s in range(1, 5)]
-
-        def tup(names: list[str]) -> str:
-            return ", ".join(names) + ","
-
-        def stage(step: str, prev: list[str]) -> str:
-            return ", ".join(f"{xi} + {step} * {ki}" for xi, ki in zip(x, prev))
-        final = ", ".join(f"{xi} + sixth * ({a} + 2.0 * {b} + 2.0 * {c} + {d})"
-                          for xi, a, b, c, d in zip(x, *k))
-        src = "\n".join([
-            "def rk4(xdot, x, u0, dt, substeps):",
-            f"    {tup(x)} = x",
-            "    half, sixth = 0.5 * dt, dt / 6.0",
-            "    for _ in range(substeps):",
-            f"        {tup(k[0])} = xdot({', '.join(x)}, u0)",
-            f"        {tup(k[1])} = xdot({stage('half', k[0])}, u0)",
-            f"        {tup(k[2])} = xdot({stage('half', k[1])}, u0)",
-            f"        {tup(k[3])} = xdot({stage('dt', k[2])}, u0)",
-            f"        {tup(x)} = {final},",
-            f"    return [{', '.join(x)}]",
-        ])
-        namespace: dict[str, Any] = {}
-        exec(src, namespace)
-        _RK4_FLOAT[n] = namespace["rk4"]
-    return _RK4_FLOAT[n]
-
-
-def _rk4_single(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray | None:
-    """rk4_zoh for a batch of one on Python floats when the system offers an exact float
-    f(x) + G(x) u (``_xdot_float``, systems/base.py, single input): bit-identical to the
-    array code below without its ~30 numpy calls per step. None (use the array code) for
-    anything else, on a float exception, or when the result is not finite (numpy then
-    recomputes it, with its warnings)."""
-    get = getattr(system, "_xdot_float", None)
-    xdot = get() if get is not None else None
-    if xdot is None or type(x) is not np.ndarray or type(u) is not np.ndarray or x.shape != (1, system.n) \
-            or x.dtype != _F64 or u.dtype != _F64 or u.shape != (1, 1):
-        return None
-    try:
-        xs = _rk4_float(x.shape[1])(xdot, x[0].tolist(), u.item(), dt, substeps)
-    except (ArithmeticError, ValueError):
-        return None
-    if not all(map(math.isfinite, xs)):
-        return None
-    return np.array([xs])
+def _integrate(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> tuple[np.ndarray, bool]:
+    """The one dispatch between the simulator's float twin (cbfsim/_fast_sim.py) and the
+    array code: (next state, True when the twin ran, whose result is always finite)."""
+    one = _fast_sim.rk4_single(system, x, u, dt, substeps)
+    if one is not None:
+        return one, True
+    return _rk4_array(system, x, u, dt, substeps), False
 
 
 def _describe_filter(filt: Any) -> dict:
@@ -130,13 +98,74 @@ def _describe_filter(filt: Any) -> dict:
     return out
 
 
+def _record_bytes(B: int, T: int, n: int, m: int, order: int) -> int:
+    """Bytes of the arrays a run of B x T steps records (see the allocation in simulate_batch)."""
+    per_instant = 8 * (n + 1)                                 # x, h
+    per_step = 8 * (3 * m + 3) + 1                            # u_nom, u, Lg; Lf, slack, solve_time; status
+    if order == 2:
+        per_step += 8 * (m + 1)                               # LgLf, Lf2
+    return B * ((T + 1) * per_instant + T * per_step) + 8 * (T + 1)
+
+
+def _available_memory() -> int | None:
+    """Bytes the process may still allocate (MemAvailable + SwapFree), None where unknown."""
+    try:
+        with open("/proc/meminfo") as fh:
+            info = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in fh if line.split()[1:2]}
+        return info["MemAvailable"] + info.get("SwapFree", 0)
+    except (OSError, KeyError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, OSError, ValueError):
+        return None
+
+
+def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
+    """Refuse, before allocating anything, a run whose record cannot fit in memory."""
+    need, have = _record_bytes(B, T, n, m, order), _available_memory()
+    if have is not None and need > have:
+        raise TrajectoryTooLargeError(
+            f"simulation too large: {B:,} run(s) x {T:,} control steps x {n} states (+ inputs, h, "
+            f"Lie terms) need {need:.3g} bytes of trajectory arrays, more than the {have:.3g} bytes "
+            f"of memory available; shorten t_final, lengthen dt_control or split the batch")
+
+
+def _fault(run: int, step: int, time: float, state: np.ndarray) -> dict:
+    return {"run": run, "step": step, "time": time,
+            "cause": f"non-finite state x = {np.array2string(state, precision=6)}"}
+
+
+def _stop_runs(rec: dict[str, np.ndarray], fault_step: np.ndarray) -> None:
+    """Blank what stopped runs did not compute: x after the fault instant s, h from s on,
+    and every per-step array from step s on (status STEP_NOT_RUN)."""
+    instants = np.arange(rec["x"].shape[1])[None, :]
+    s = fault_step[:, None]
+    rec["x"][instants > s] = np.nan
+    rec["h"][instants >= s] = np.nan
+    after = instants[:, :-1] >= s
+    for name, value in rec.items():
+        if name in ("x", "h") or value is None:
+            continue
+        value[after] = STEP_NOT_RUN if name == "status" else np.nan
+
+
 def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
                    controller: Callable[[np.ndarray], np.ndarray] | str, X0: Any, t_final: float,
                    dt_control: float, dt_int: float | None = None, order: int | None = None,
-                   metadata: dict | None = None) -> Trajectory:
+                   metadata: dict | None = None, on_fault: str = "stop") -> Trajectory:
     """Simulate B runs at once from X0 (B, n); one barrier and one filter call per control
     step for the whole batch. ``controller`` is a callable (B, n) -> (B, m) or the name of
-    one of ``system.nominal``'s controllers; ``order`` defaults to the filter's."""
+    one of ``system.nominal``'s controllers; ``order`` defaults to the filter's.
+
+    A run whose state becomes non-finite stops there and the others go on (``on_fault="stop"``,
+    see trajectory.py: ``run_status``, ``metadata["faults"]``); its row is held at its initial
+    state from then on, so the batch calls see only finite states, and its record is blanked.
+    ``on_fault="raise"`` raises NonFiniteStateError at the first fault instead, carrying the
+    trajectory of every run up to that instant. A record larger than the available memory
+    is refused up front (TrajectoryTooLargeError)."""
+    if on_fault not in ("stop", "raise"):
+        raise ValueError(f"on_fault must be 'stop' or 'raise', got {on_fault!r}")
     if isinstance(controller, str):
         controller = system.nominal(controller)
     X = as_batch(X0, system.n, "X0").copy()
@@ -152,24 +181,41 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         order = filter.order
         if filter.m != m:
             raise ShapeError(f"filter has m = {filter.m} inputs, system {system.name!r} has m = {m}")
-        filter.reset()
     order = 1 if order is None else int(order)
     if not np.all(np.isfinite(X)):
         bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
         raise NonFiniteStateError(0, 0.0, X[bad], bad)
+    _check_memory(B, T, n, m, order)
+    if filter is not None:
+        filter.reset()
 
     t = np.arange(T + 1) * float(dt_control)
-    xs = np.empty((B, T + 1, n))
-    h = np.full((B, T + 1), np.nan)
-    Lf, slack, solve_time = np.full((B, T), np.nan), np.zeros((B, T)), np.zeros((B, T))
-    u_nom_rec, u_rec, Lg = np.empty((B, T, m)), np.empty((B, T, m)), np.full((B, T, m), np.nan)
-    status = np.zeros((B, T), dtype=np.int8)
-    Lf2 = np.full((B, T), np.nan) if order == 2 else None
-    LgLf = np.full((B, T, m), np.nan) if order == 2 else None
+    rec: dict[str, Any] = {
+        "x": np.empty((B, T + 1, n)), "h": np.full((B, T + 1), np.nan),
+        "u_nom": np.empty((B, T, m)), "u": np.empty((B, T, m)), "Lf": np.full((B, T), np.nan),
+        "Lg": np.full((B, T, m), np.nan), "slack": np.zeros((B, T)), "status": np.zeros((B, T), dtype=np.int8),
+        "solve_time": np.zeros((B, T)),
+        "Lf2": np.full((B, T), np.nan) if order == 2 else None,
+        "LgLf": np.full((B, T, m), np.nan) if order == 2 else None,
+    }
+    xs, h = rec["x"], rec["h"]
     clock = dict(controller_s=0.0, barrier_s=0.0, filter_s=0.0, integration_s=0.0)
     lo, hi = system.u_min, system.u_max
     zeros, all_ok = np.zeros(B), np.full(B, FilterStatus.OK, dtype=np.int8)
     xs[:, 0] = X
+    X_init = X.copy()
+    alive = np.ones(B, dtype=bool)
+    fault_step = np.full(B, T + 1)       # first instant with a non-finite state (T + 1: none)
+    faults: list[dict] = []
+
+    def finish(steps: int) -> Trajectory:
+        run_status = np.where(alive, RunStatus.COMPLETED, RunStatus.NON_FINITE_STATE).astype(np.int8)
+        meta = _metadata(system, barrier, filter, controller, order, t_final, dt_control, dt_int, B, steps,
+                         clock, faults, metadata)
+        cut = {k: (v if v is None else v[:, :steps + (1 if k in ("x", "h") else 0)]) for k, v in rec.items()}
+        if faults:
+            _stop_runs(cut, fault_step)
+        return Trajectory(t=t[:steps + 1], metadata=meta, run_status=run_status, **cut)
 
     for k in range(T):
         t0 = time.perf_counter()
@@ -184,54 +230,69 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         else:   # (the constant fields are only read: recording copies them)
             res = FilterResult(u=np.clip(u_nom, lo, hi), slack=zeros, status=all_ok, solve_time=zeros)
         t3 = time.perf_counter()
-        X = rk4_zoh(system, X, res.u, dt_int, substeps)
+        if faults:                       # stopped runs are not integrated: their rows stay put
+            X = X.copy()
+            X[alive], finite = _integrate(system, X[alive], res.u[alive], dt_int, substeps)
+        else:
+            X, finite = _integrate(system, X, res.u, dt_int, substeps)
         t4 = time.perf_counter()
         clock["controller_s"] += t1 - t0
         clock["barrier_s"] += t2 - t1
         clock["filter_s"] += t3 - t2
         clock["integration_s"] += t4 - t3
 
-        u_nom_rec[:, k], u_rec[:, k] = u_nom, res.u
-        slack[:, k], status[:, k], solve_time[:, k] = res.slack, res.status, res.solve_time
+        rec["u_nom"][:, k], rec["u"][:, k] = u_nom, res.u
+        rec["slack"][:, k], rec["status"][:, k], rec["solve_time"][:, k] = res.slack, res.status, res.solve_time
         if terms is not None:
-            h[:, k], Lf[:, k], Lg[:, k] = terms.h, terms.Lf, terms.Lg
+            h[:, k], rec["Lf"][:, k], rec["Lg"][:, k] = terms.h, terms.Lf, terms.Lg
             if order == 2:
-                Lf2[:, k], LgLf[:, k] = terms.Lf2, terms.LgLf
-        if not (B == 1 and all(map(math.isfinite, X[0].tolist()))):   # (cheap test for one run)
-            finite = np.isfinite(X).all(axis=1)
-            if not finite.all():
-                bad = int(np.flatnonzero(~finite)[0])
-                raise NonFiniteStateError(k + 1, t[k + 1], X[bad], bad)
+                rec["Lf2"][:, k], rec["LgLf"][:, k] = terms.Lf2, terms.LgLf
         xs[:, k + 1] = X
+        if not finite and not np.isfinite(X).all():
+            bad = ~np.isfinite(X).all(axis=1)
+            for i in np.flatnonzero(bad).tolist():
+                faults.append(_fault(i, k + 1, float(t[k + 1]), X[i]))
+            fault_step[bad] = k + 1
+            alive &= ~bad
+            if on_fault == "raise":
+                first = faults[0]["run"]
+                raise NonFiniteStateError(k + 1, t[k + 1], X[first], first, finish(k + 1))
+            X[bad] = X_init[bad]          # a finite stand-in the batch calls already handled
 
     if barrier is not None:
         t0 = time.perf_counter()
         h[:, T] = barrier.value(X)
         clock["barrier_s"] += time.perf_counter() - t0
-    meta = {
+    return finish(T)
+
+
+def _metadata(system: Any, barrier: Any, filter: Any, controller: Any, order: int, t_final: float,
+              dt_control: float, dt_int: float, B: int, T: int, clock: dict, faults: list[dict],
+              extra: dict | None) -> dict:
+    return {
         "system": getattr(system, "name", type(system).__name__),
         "state_names": list(getattr(system, "state_names", [])),
         "input_names": list(getattr(system, "input_names", [])),
-        "u_min": [float(v) for v in lo], "u_max": [float(v) for v in hi],
+        "u_min": [float(v) for v in system.u_min], "u_max": [float(v) for v in system.u_max],
         "barrier": type(barrier).__name__ if barrier is not None else None,
         "filter": _describe_filter(filter),
         "controller": getattr(controller, "name", getattr(controller, "__name__", type(controller).__name__)),
         "order": order, "t_final": float(t_final), "dt_control": float(dt_control), "dt_int": dt_int,
         "batch_size": B, "steps": T,
         "timing": {**clock, "barrier_calls": T + 1 if barrier is not None else 0, "filter_calls": T if filter else 0},
-        **(metadata or {}),
+        "faults": list(faults),
+        **(extra or {}),
     }
-    return Trajectory(t=t, x=xs, u_nom=u_nom_rec, u=u_rec, h=h, Lf=Lf, Lg=Lg, slack=slack, status=status,
-                      solve_time=solve_time, metadata=meta, Lf2=Lf2, LgLf=LgLf)
 
 
 def simulate(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
              controller: Callable[[np.ndarray], np.ndarray] | str, x0: Any, t_final: float,
              dt_control: float, dt_int: float | None = None, order: int | None = None,
-             metadata: dict | None = None) -> Trajectory:
-    """One run from x0 (n,); returns a Trajectory with batch size 1 (see simulate_batch)."""
+             metadata: dict | None = None, on_fault: str = "stop") -> Trajectory:
+    """One run from x0 (n,); returns a Trajectory with batch size 1 (see simulate_batch:
+    a non-finite state stops the run and marks it, or raises with ``on_fault="raise"``)."""
     x0 = np.asarray(x0, dtype=np.float64)
     if x0.shape != (system.n,):
         raise ShapeError(f"x0: expected shape ({system.n},), got {x0.shape}")
     return simulate_batch(system, barrier, filter, controller, x0[None, :], t_final, dt_control,
-                          dt_int, order, metadata)
+                          dt_int, order, metadata, on_fault)

@@ -5,11 +5,19 @@ time. States and h are sampled at the T+1 control instants t_0..t_T; inputs, Lie
 slack, status and solve time belong to the T control steps (held on [t_k, t_{k+1})).
 ``traj[i]`` / ``traj.single()`` give B = 1 views; ``save``/``load`` use a plain .npz
 (allow_pickle=False) with the metadata stored as a JSON string.
+
+Faults: a run whose state becomes non-finite stops there while the others go on.
+``run_status`` (B,) says how each run ended (``RunStatus``) and ``metadata["faults"]`` lists
+the stopped runs ({"run", "step", "time", "cause"}: the first control instant with a
+non-finite state). A stopped run keeps its record up to that instant (x there is the
+non-finite state the integrator produced); after it x, h and the per-step floats are NaN
+and the step status is ``STEP_NOT_RUN``.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, fields, replace
+from enum import IntEnum
 from pathlib import Path
 from typing import Any
 
@@ -17,14 +25,24 @@ import numpy as np
 
 from .barriers import ShapeError
 
-_OPTIONAL = ("Lf2", "LgLf")
+_OPTIONAL = ("Lf2", "LgLf", "run_status")
+STEP_NOT_RUN = -1   # step status of the steps after a run stopped (FilterStatus values are >= 0)
+
+
+class RunStatus(IntEnum):
+    """How one run of a batch ended (stored as int8 in ``Trajectory.run_status``)."""
+
+    COMPLETED = 0         # every control step ran
+    NON_FINITE_STATE = 1  # the state became NaN/Inf; the run stopped there (metadata["faults"])
 
 
 @dataclass(frozen=True)
 class Trajectory:
     """t (T+1,); x (B, T+1, n); h (B, T+1); u_nom, u, Lg (B, T, m); Lf, slack, solve_time
-    (B, T); status (B, T) int8 (FilterStatus); Lf2 (B, T) and LgLf (B, T, m) for order-2
-    runs, else None; metadata: JSON-serialisable dict (system, filter, timing, ...)."""
+    (B, T); status (B, T) int8 (FilterStatus, or STEP_NOT_RUN after a run stopped); Lf2 (B, T)
+    and LgLf (B, T, m) for order-2 runs, else None; run_status (B,) int8 (RunStatus, all
+    COMPLETED when not given); metadata: JSON-serialisable dict (system, filter, timing,
+    faults, ...)."""
 
     t: np.ndarray
     x: np.ndarray
@@ -39,15 +57,18 @@ class Trajectory:
     metadata: dict = field(default_factory=dict)
     Lf2: np.ndarray | None = None
     LgLf: np.ndarray | None = None
+    run_status: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.x.ndim != 3:
             raise ShapeError(f"Trajectory.x: expected shape (B, T+1, n), got {self.x.shape}")
         B, T1, n = self.x.shape
+        if self.run_status is None:
+            object.__setattr__(self, "run_status", np.full(B, RunStatus.COMPLETED, dtype=np.int8))
         T, m = T1 - 1, self.u.shape[-1] if self.u.ndim == 3 else -1
         expected = {"t": (T1,), "u_nom": (B, T, m), "u": (B, T, m), "h": (B, T1), "Lf": (B, T),
                     "Lg": (B, T, m), "slack": (B, T), "status": (B, T), "solve_time": (B, T),
-                    "Lf2": (B, T), "LgLf": (B, T, m)}
+                    "Lf2": (B, T), "LgLf": (B, T, m), "run_status": (B,)}
         for name, shape in expected.items():
             value = getattr(self, name)
             if value is None and name in _OPTIONAL:
@@ -65,16 +86,27 @@ class Trajectory:
         """Number of control steps T."""
         return int(self.x.shape[1] - 1)
 
+    @property
+    def completed(self) -> np.ndarray:
+        """(B,) bool: the runs that ran every control step."""
+        return self.run_status == RunStatus.COMPLETED
+
     def __len__(self) -> int:
         return self.batch_size
 
     def __getitem__(self, index: int | slice | np.ndarray) -> "Trajectory":
-        """Select runs along the batch axis; an integer keeps a batch axis of size 1."""
+        """Select runs along the batch axis; an integer keeps a batch axis of size 1. The
+        fault list in the metadata is renumbered to the selected runs."""
         sel = slice(index, index + 1 if index != -1 else None) if isinstance(index, (int, np.integer)) else index
         if isinstance(index, (int, np.integer)) and not -self.batch_size <= index < self.batch_size:
             raise IndexError(f"trajectory index {index} out of range for batch size {self.batch_size}")
-        return replace(self, **{f.name: getattr(self, f.name)[sel] for f in fields(self)
-                                if f.name not in ("t", "metadata") and getattr(self, f.name) is not None})
+        picked = np.arange(self.batch_size)[sel].tolist()
+        faults = [{**f, "run": new} for new, old in enumerate(picked)
+                  for f in self.metadata.get("faults", []) if f["run"] == old]
+        metadata = {**self.metadata, "faults": faults} if "faults" in self.metadata else self.metadata
+        return replace(self, metadata=metadata, **{f.name: getattr(self, f.name)[sel] for f in fields(self)
+                                                   if f.name not in ("t", "metadata")
+                                                   and getattr(self, f.name) is not None})
 
     def single(self) -> "Trajectory":
         """The run itself, checked to be a batch of one."""

@@ -17,9 +17,10 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Mapping, Sequence
 import numpy as np
 import sympy as sp
 from sympy.printing.cxx import CXX17CodePrinter
-from sympy.printing.numpy import NumPyPrinter
 from sympy.printing.precedence import PRECEDENCE
-from sympy.printing.pycode import PythonCodePrinter
+
+from . import _fast
+from ._lambdify import NumPyExactPrinter, PythonExactPrinter, lambdify
 
 if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
     import torch
@@ -56,21 +57,24 @@ def _as_states(x: Any, n: int, what: str = "x") -> np.ndarray:
     return arr
 
 
-_F64 = np.dtype(np.float64)
-_isfinite = math.isfinite
-
-
-def _single_state(x: Any, n: int) -> list[float] | None:
-    """x as a list of n Python floats when it is ONE float64 state, (n,) or (1, n), else None."""
-    if type(x) is np.ndarray and x.dtype == _F64 and 1 <= x.ndim <= 2 and x.shape[-1] == n and x.size == n:
-        return x.ravel().tolist()
-    return None
-
-
 def _as_tensor_states(x: "torch.Tensor", n: int, what: str = "x") -> "torch.Tensor":
     if x.ndim not in (1, 2) or x.shape[-1] != n:
         raise ValueError(f"{what} must have shape ({n},) or (B, {n}), got {tuple(x.shape)}")
     return x
+
+
+def _columns(x: Any, n: int) -> tuple[list[np.ndarray], tuple[int, ...]]:
+    """The n state columns of x ((n,) or (B, n)) and the batch shape."""
+    arr = _as_states(x, n)
+    return [arr[..., i] for i in range(n)], arr.shape[:-1]
+
+
+def _dispatch(twin: "_fast.FieldTwin | _fast.XdotTwin", x: Any, n: int, general: Callable[[], np.ndarray],
+              u: Any = None, m: int = 0) -> np.ndarray:
+    """The one place the float twins (systems/_fast.py) are tried: the twin's answer when
+    it applies (one float64 state, fast paths on, bits guaranteed), else the array code."""
+    out = _fast.evaluate(twin, x, n, u, m)
+    return general() if out is None else out
 
 
 def _sympify_param(value: Any) -> sp.Expr:
@@ -79,69 +83,6 @@ def _sympify_param(value: Any) -> sp.Expr:
     if not math.isfinite(v):
         raise ValueError(f"parameter value must be finite, got {value!r}")
     return sp.Integer(int(v)) if v.is_integer() and abs(v) < 2**53 else sp.Float(v)
-
-
-def _exact_float(self: Any, expr: sp.Float) -> str:
-    """Floats as the shortest repr that round-trips the double (sympy prints 15 digits), so
-    numpy, torch and C++ all see bit-identical constants."""
-    return repr(float(expr))
-
-
-class _NumPyPrinter(NumPyPrinter):
-    _print_Float = _exact_float
-
-
-class _PythonPrinter(PythonCodePrinter):
-    _print_Float = _exact_float
-
-
-class _NotExact(Exception):
-    """The expression uses an operation the float fast path cannot reproduce bit for bit."""
-
-
-class _ScalarPrinter(_NumPyPrinter):
-    """The numpy printer's code, for Python floats, with exactly numpy's array arithmetic.
-
-    numpy evaluates ``arr**2`` as ``square`` (x*x) and ``arr**-1`` as ``reciprocal`` (1/x),
-    whereas Python floats would call ``pow()`` (not correctly rounded: ~1 in 1000 results
-    differ), so those two powers are printed as the operations numpy performs. + - * / are
-    the same IEEE operations on floats and arrays. Any other power raises ``_NotExact``
-    (``_Field`` then keeps to numpy); ``_scalar_exprs_ok`` refuses functions and symbolic
-    constants (pi, E, ...).
-    """
-
-    def _print_Pow(self, expr: sp.Pow, rational: bool = False) -> str:
-        base = self.parenthesize(expr.base, PRECEDENCE["Pow"], strict=False)
-        if expr.exp == 2:
-            return f"({base}*{base})"
-        if expr.exp == -1:
-            return f"(1/{base})"
-        raise _NotExact(f"power {expr.exp}")
-
-
-def _scalar_exprs_ok(exprs: Sequence[sp.Expr]) -> bool:
-    """Only symbols, finite rational/float numbers, +, * and powers (checked by the printer)."""
-    for e in exprs:
-        for node in sp.preorder_traversal(e):
-            if isinstance(node, (sp.Symbol, sp.Add, sp.Mul, sp.Pow)):
-                continue
-            if isinstance(node, (sp.Integer, sp.Rational, sp.Float)) and node.is_finite:
-                continue
-            return False
-    return True
-
-
-_UNBUILT = object()
-
-
-def _lambdify(args: Sequence[sp.Symbol], exprs: list[sp.Expr], namespace: Any,
-              printer: type) -> Callable[..., Any]:
-    """sympy.lambdify with our exact-float printer, configured the way lambdify configures its own."""
-    user = {k: k for k in namespace} if isinstance(namespace, dict) else {}
-    settings = {"fully_qualified_modules": False, "inline": True, "allow_unknown_functions": True,
-                "user_functions": user}
-    modules = [namespace, "math"] if isinstance(namespace, dict) else namespace
-    return sp.lambdify(args, exprs, modules=modules, printer=printer(settings), cse=True)
 
 
 def _torch_namespace() -> dict[str, Callable[..., Any]]:
@@ -189,53 +130,13 @@ class _Field:
         self.const = {i: float(e) for i, e in enumerate(flat) if not e.free_symbols}
         self.var = [i for i, e in enumerate(flat) if e.free_symbols]
         var_exprs = [flat[i] for i in self.var]
-        self._np = _lambdify(self.args, var_exprs, "numpy", _NumPyPrinter) if self.var else None
+        self._np = lambdify(self.args, var_exprs, "numpy", NumPyExactPrinter) if self.var else None
         self._torch: Callable[..., Any] | None = None
-        self._scalar_fn: Any = _UNBUILT
-        self._template = [self.const.get(i, 0.0) for i in range(len(flat))]
+        self.twin = _fast.FieldTwin(self.args, flat, self.const, self.var, shape)
 
-    def _build_scalar(self) -> Callable[..., Any] | None:
-        if not self.var:
-            return lambda *vals: []        # not called: scalar() returns the constants directly
-        exprs = [self.exprs[i] for i in self.var]
-        if not _scalar_exprs_ok(exprs):
-            return None
-        try:
-            return _lambdify(self.args, exprs, "numpy", _ScalarPrinter)
-        except _NotExact:
-            return None
-
-    def scalar_fn(self) -> Callable[..., Any] | None:
-        """The float function of the varying entries (built on first use), or None."""
-        if self._scalar_fn is _UNBUILT:
-            self._scalar_fn = self._build_scalar()
-        return self._scalar_fn
-
-    def scalar(self, vals: Sequence[float]) -> list[float] | None:
-        """All entries (flat, row-major) at ONE point given as Python floats, computed with the
-        same IEEE operations ``numpy`` performs on arrays (so bit-identical to ``numpy``), but
-        without numpy's per-call overhead; None where that is not guaranteed: expressions
-        outside + - * / x**2 x**-1, a Python float exception (division by zero) or a
-        non-finite result (numpy's path then reports it with its usual warnings)."""
-        fn = self._scalar_fn
-        if fn is _UNBUILT:
-            fn = self.scalar_fn()
-        if fn is None:
-            return None
-        if not self.var:
-            return self._template.copy()
-        try:
-            values = fn(*vals)
-        except (ArithmeticError, ValueError):
-            return None
-        if not all(map(_isfinite, values)):
-            return None
-        if len(values) == len(self._template):
-            return values                      # every entry varies: the fresh list lambdify built
-        out = self._template.copy()
-        for i, v in zip(self.var, values):
-            out[i] = v
-        return out
+    def evaluate(self, x: Any) -> np.ndarray:
+        """All entries at the states x ((n,) -> shape; (B, n) -> (B,) + shape)."""
+        return _dispatch(self.twin, x, len(self.args), lambda: self.numpy(*_columns(x, len(self.args))))
 
     def numpy(self, cols: Sequence[np.ndarray], batch: tuple[int, ...]) -> np.ndarray:
         out = np.empty(batch + (len(self.exprs),), dtype=np.float64)
@@ -250,8 +151,8 @@ class _Field:
         import torch
 
         if self._torch is None and self.var:
-            self._torch = _lambdify(self.args, [self.exprs[i] for i in self.var],
-                                     _torch_namespace(), _PythonPrinter)
+            self._torch = lambdify(self.args, [self.exprs[i] for i in self.var],
+                                   _torch_namespace(), PythonExactPrinter)
         batch = tuple(like.shape)
         entries: list[Any] = [None] * len(self.exprs)
         for i, c in self.const.items():
@@ -369,13 +270,7 @@ class Controller:
 
     def __call__(self, x: Any) -> np.ndarray:
         """(n,) -> (m,); (B, n) -> (B, m)."""
-        one = _single_state(x, self.n)
-        if one is not None:
-            vals = self._field.scalar(one)
-            if vals is not None:
-                return np.array([vals] if x.ndim == 2 else vals)
-        arr = _as_states(x, self.n)
-        return self._field.numpy([arr[..., i] for i in range(self.n)], arr.shape[:-1])
+        return self._field.evaluate(x)
 
     def torch(self, x: "torch.Tensor") -> "torch.Tensor":
         """(B, n) -> (B, m) (or (n,) -> (m,)), differentiable, dtype/device of x."""
@@ -458,7 +353,7 @@ class ControlAffineSystem:
         self._G = _Field(list(self.G_expr), self.x_sym, (n, m))
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
-        self._xdot_fast: Any = _UNBUILT
+        self._xdot_twin = _fast.XdotTwin(self._f.twin, self._G.twin)
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
@@ -478,84 +373,21 @@ class ControlAffineSystem:
     def nominal_names(self) -> tuple[str, ...]:
         return tuple(self.nominals)
 
-    # -- numpy
-    def _cols(self, x: Any) -> tuple[list[np.ndarray], tuple[int, ...]]:
-        arr = _as_states(x, self.n)
-        return [arr[..., i] for i in range(self.n)], arr.shape[:-1]
-
-    # One state ((n,) or (1, n) float64) takes a float path: the same IEEE operations as the
-    # array code (see _Field.scalar), hence the same bits, at a fraction of numpy's per-call
-    # cost; it falls back to the array code whenever that cannot be guaranteed.
+    # -- numpy (one state ((n,) or (1, n) float64) takes the float twin where it exists:
+    # same bits, a fraction of numpy's per-call cost; see systems/_fast.py)
     def f(self, x: Any) -> np.ndarray:
         """Drift: (n,) -> (n,); (B, n) -> (B, n)."""
-        one = _single_state(x, self.n)
-        if one is not None:
-            vals = self._f.scalar(one)
-            if vals is not None:
-                return np.array([vals] if x.ndim == 2 else vals)
-        return self._f.numpy(*self._cols(x))
+        return self._f.evaluate(x)
 
     def G(self, x: Any) -> np.ndarray:
         """Input matrix: (n,) -> (n, m); (B, n) -> (B, n, m)."""
-        one = _single_state(x, self.n)
-        if one is not None:
-            vals = self._G.scalar(one)
-            if vals is not None:
-                return np.array(vals).reshape(x.shape[:-1] + (self.n, self.m))
-        return self._G.numpy(*self._cols(x))
-
-    def _xdot_list(self, x: Sequence[float], u: Sequence[float]) -> list[float] | None:
-        """f(x) + G(x) u for one state as Python floats, bit-identical to ``xdot``, or None
-        where the float path does not apply (see ``_xdot_float``). The result may be
-        non-finite: callers then fall back to the array code."""
-        fn = self._xdot_float()
-        if fn is None:
-            return None
-        try:
-            return list(fn(*x, *u))
-        except (ArithmeticError, ValueError):
-            return None
-
-    def _xdot_float(self) -> Callable[..., tuple[float, ...]] | None:
-        """``fn(x_0, ..., x_{n-1}, u_0) -> (xdot_0, ..., xdot_{n-1})`` on Python floats for
-        single-input systems whose f and G have exact float code (``_Field.scalar``), else
-        None; generated on first use with the entries unrolled. Bit-identical to ``xdot``:
-        numpy's einsum sums G_i0 u_0 from 0.0, so entry i is f_i + (0.0 + G_i0 * u_0). It may
-        raise ArithmeticError / ValueError (e.g. a division by zero), where numpy gives inf."""
-        fast = self._xdot_fast
-        if fast is _UNBUILT:
-            fast = self._xdot_fast = self._build_xdot_float()
-        return fast
-
-    def _build_xdot_float(self) -> Callable[..., tuple[float, ...]] | None:
-        f_field, G_field = self._f, self._G
-        if self.m != 1 or f_field.scalar_fn() is None or G_field.scalar_fn() is None \
-                or not all(map(_isfinite, [*f_field.const.values(), *G_field.const.values()])):
-            return None
-        args = [f"x{i}" for i in range(self.n)]
-        call = ", ".join(args)
-
-        def entries(field: _Field, name: str) -> list[str]:
-            slot = {i: j for j, i in enumerate(field.var)}
-            return [f"{name}[{slot[i]}]" if i in slot else repr(field.const[i]) for i in range(len(field.exprs))]
-        lines = [f"def xdot_float({call}, u0):"]
-        if f_field.var:
-            lines.append(f"    f = f_fn({call})")
-        if G_field.var:
-            lines.append(f"    G = G_fn({call})")
-        terms = [f"{fi} + (0.0 + {gi} * u0)" for fi, gi in zip(entries(f_field, "f"), entries(G_field, "G"))]
-        lines.append(f"    return ({', '.join(terms)},)")
-        namespace = {"f_fn": f_field.scalar_fn(), "G_fn": G_field.scalar_fn()}
-        exec("\n".join(lines), namespace)      # generated from the fields' own layout only
-        return namespace["xdot_float"]
+        return self._G.evaluate(x)
 
     def xdot(self, x: Any, u: Any) -> np.ndarray:
         """f(x) + G(x) u: (n,), (m,) -> (n,); (B, n), (B, m) -> (B, n)."""
-        one = _single_state(x, self.n)
-        if one is not None and type(u) is np.ndarray and u.dtype == _F64 and u.shape == x.shape[:-1] + (self.m,):
-            vals = self._xdot_list(one, u.ravel().tolist())
-            if vals is not None and all(map(_isfinite, vals)):
-                return np.array(vals).reshape(x.shape)
+        return _dispatch(self._xdot_twin, x, self.n, lambda: self._xdot_array(x, u), u, self.m)
+
+    def _xdot_array(self, x: Any, u: Any) -> np.ndarray:
         xa = _as_states(x, self.n)
         ua = np.asarray(u, dtype=np.float64)
         if ua.shape != xa.shape[:-1] + (self.m,):
@@ -563,9 +395,17 @@ class ControlAffineSystem:
                              f"got {ua.shape}")
         return self.f(xa) + np.einsum("...ij,...j->...i", self.G(xa), ua)
 
+    def float_xdot(self) -> Callable[..., tuple[float, ...]] | None:
+        """The float twin of ``xdot`` for one state of a single-input plant,
+        ``fn(x_0, ..., x_{n-1}, u_0) -> (xdot_0, ..., xdot_{n-1})``, bit-identical to the array
+        code where its result is finite (it may raise ArithmeticError / ValueError where numpy
+        gives inf), or None where there is none. The simulator's RK4 twin calls it; the
+        caller checks the CBFSIM_FAST_PATHS switch."""
+        return self._xdot_twin.function()
+
     def jacobian(self, x: Any) -> np.ndarray:
         """f'(x): (n,) -> (n, n); (B, n) -> (B, n, n)."""
-        return self._J.numpy(*self._cols(x))
+        return self._J.numpy(*_columns(x, self.n))
 
     def df(self, x: Any, v: Any) -> np.ndarray:
         """Exact Jacobian-vector product f'(x) v.
@@ -586,7 +426,7 @@ class ControlAffineSystem:
 
     def constraint(self, x: Any) -> np.ndarray | float:
         """>= 0 inside the constraint set: (n,) -> float; (B, n) -> (B,)."""
-        out = self._h.numpy(*self._cols(x))
+        out = self._h.numpy(*_columns(x, self.n))
         return float(out) if out.ndim == 0 else out
 
     # -- interval enclosures (for the certifier)

@@ -16,6 +16,8 @@ Barriers used (all valid CBFs under the systems' input bounds, derivations inlin
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
@@ -24,9 +26,11 @@ from cbfsim.barriers import AnalyticBarrier, CompiledBarrier, LieTerms2, TorchBa
 from cbfsim.classk import Linear, Tanh
 from cbfsim.filters import CBFQP, HOCBFQP, CBFProjection, FilterStatus, psi1
 from cbfsim.plots import phase_portrait, time_series
-from cbfsim.simulate import NonFiniteStateError, simulate, simulate_batch
-from cbfsim.trajectory import Trajectory
-from systems import get_system
+from cbfsim.simulate import NonFiniteStateError, TrajectoryTooLargeError, _record_bytes, simulate, simulate_batch
+from cbfsim.trajectory import STEP_NOT_RUN, RunStatus, Trajectory
+from compiler.errors import CbfsimError
+from systems import ControlAffineSystem, get_system
+from systems.base import Definition
 
 
 @pytest.fixture(autouse=True)
@@ -37,6 +41,14 @@ def _one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def same_bits(a, b) -> bool:
+    """Equal shapes, dtypes and bits (so -0.0 differs from 0.0 and NaN equals itself)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    return np.array_equal(a.view(np.uint8), b.view(np.uint8))
 
 
 def ramp(w, eps):
@@ -131,8 +143,7 @@ def test_batch_equals_single_runs(make_filter):
     for i, x0 in enumerate(X0):
         one = simulate(system, barrier, filt, "zero", x0, 4.0, 0.02, 0.005).single()
         for name in ("x", "u", "u_nom", "h", "Lf", "Lg", "slack", "status"):
-            np.testing.assert_allclose(getattr(one, name)[0], getattr(batch, name)[i], rtol=0, atol=1e-12,
-                                       err_msg=name)
+            assert same_bits(getattr(one, name)[0], getattr(batch, name)[i]), name
 
 
 class Angle(torch.nn.Module):
@@ -175,32 +186,92 @@ def test_hocbf_psi1_derivative_model_is_second_order_accurate():
     assert min(wrong) > 100 * errors[0] and wrong[1] > 0.5 * wrong[0], (wrong, errors)
 
 
-class Blowup:
-    """x' = x^2 + u: escapes to infinity at t = 1 from x0 = 1."""
+class Escape(ControlAffineSystem):
+    """x' = x^2 + u: from x0 > 0 the state reaches infinity at t = 1 / x0 (u = 0)."""
 
-    name, n, m = "blowup", 1, 1
-    state_names, input_names = ("x",), ("u",)
-    u_min, u_max = np.array([-1.0]), np.array([1.0])
+    name, state_names, input_names = "escape", ("x",), ("u",)
 
-    def f(self, X):
-        return X**2
+    @dataclasses.dataclass(frozen=True)
+    class Params:
+        u_max: float = 1.0
 
-    def G(self, X):
-        return np.ones((len(X), 1, 1))
-
-    def xdot(self, X, U):
-        return self.f(X) + U
+    @staticmethod
+    def define(x, p):
+        return Definition(f=[x[0] ** 2], G=[[1]], constraint=4 - x[0] ** 2, u_min=[-p.u_max], u_max=[p.u_max],
+                          domain=([-2], [2]), nominal={"zero": [0]})
 
 
-def test_non_finite_state_stops_the_run_with_step_time_and_state():
+ESCAPE_BARRIER = AnalyticBarrier(lambda X: 4 - X[:, 0] ** 2, lambda X: -2 * X, n=1, m=1)
+
+
+def _escape_runs(X0, **kw):
+    with np.errstate(over="ignore", invalid="ignore"):    # numpy reports the overflow too
+        return simulate_batch(Escape(), ESCAPE_BARRIER, None, "zero", np.array(X0), 1.0, 0.01, 0.0025, **kw)
+
+
+def test_escaping_run_stops_and_the_healthy_runs_finish_bit_identical_to_a_batch_without_it():
+    X0 = [[0.5], [10.0], [-1.0], [0.2]]
+    tr = _escape_runs(X0)
+    assert tr.run_status.tolist() == [RunStatus.COMPLETED, RunStatus.NON_FINITE_STATE,
+                                      RunStatus.COMPLETED, RunStatus.COMPLETED]
+    assert tr.completed.tolist() == [True, False, True, True]
+    (fault,) = tr.metadata["faults"]
+    s = fault["step"]
+    assert fault["run"] == 1 and fault["time"] == pytest.approx(s * 0.01) and "non-finite state" in fault["cause"]
+    assert 0.1 <= fault["time"] <= 0.13                       # blow-up of x' = x^2 from 10 at t = 0.1
+    x = tr.x[1, :, 0]
+    assert np.isfinite(x[:s]).all() and not np.isfinite(x[s]) and np.isnan(x[s + 1:]).all()
+    assert np.isfinite(tr.h[1, :s]).all() and np.isnan(tr.h[1, s:]).all()
+    assert (tr.status[1, :s] == FilterStatus.OK).all() and (tr.status[1, s:] == STEP_NOT_RUN).all()
+    for name in ("u", "u_nom", "Lf", "Lg", "slack", "solve_time"):
+        rows = getattr(tr, name)[1]
+        assert np.isfinite(rows[:s]).all() and np.isnan(rows[s:]).all(), name
+    healthy = [0, 2, 3]
+    alone = _escape_runs([X0[i] for i in healthy])
+    assert alone.metadata["faults"] == [] and alone.completed.all()
+    for name in ("x", "u", "u_nom", "h", "Lf", "Lg", "slack", "status"):
+        assert same_bits(getattr(tr, name)[healthy], getattr(alone, name)), name
+    exact = np.array([x0 / (1 - x0 * tr.t) for (x0,) in (X0[i] for i in healthy)])   # x(t) = x0 / (1 - x0 t)
+    np.testing.assert_allclose(tr.x[healthy, :, 0], exact, rtol=1e-8)
+    picked = tr[1:3]                                           # the fault list follows the selection
+    assert picked.run_status.tolist() == [1, 0] and [f["run"] for f in picked.metadata["faults"]] == [0]
+
+
+def test_single_run_fault_is_marked_and_raised_only_on_request():
+    tr = _escape_runs([[10.0]])
+    assert tr.run_status.tolist() == [RunStatus.NON_FINITE_STATE] and tr.n_steps == 100
+    s = tr.metadata["faults"][0]["step"]
     with np.errstate(over="ignore", invalid="ignore"):
+        one = simulate(Escape(), ESCAPE_BARRIER, None, "zero", np.array([10.0]), 1.0, 0.01, 0.0025)
         with pytest.raises(NonFiniteStateError) as info:
-            simulate(Blowup(), None, None, lambda X: np.zeros((len(X), 1)), np.array([1.0]), 2.0, 0.05, 0.01)
+            simulate(Escape(), ESCAPE_BARRIER, None, "zero", np.array([10.0]), 1.0, 0.01, 0.0025, on_fault="raise")
+    assert same_bits(one.x, tr.x) and one.metadata["faults"] == tr.metadata["faults"]
     err = info.value
-    assert isinstance(err, FloatingPointError)
-    assert 15 <= err.step <= 21 and err.time == pytest.approx(err.step * 0.05)
+    assert isinstance(err, FloatingPointError) and isinstance(err, CbfsimError)
+    assert err.step == s and err.run == 0 and err.time == pytest.approx(s * 0.01)
     assert not np.isfinite(err.state).all()
     assert f"control step {err.step} (t = {err.time:.6g} s)" in str(err) and "x = [" in str(err)
+    part = err.trajectory                                      # every run up to the fault
+    assert part.n_steps == s and same_bits(part.x, tr.x[:, :s + 1]) and same_bits(part.u, tr.u[:, :s])
+    with pytest.raises(ValueError, match="on_fault must be 'stop' or 'raise', got 'ignore'"):
+        _escape_runs([[1.0]], on_fault="ignore")
+
+
+def test_huge_horizon_is_refused_up_front_naming_the_bytes():
+    system = get_system("double_integrator")
+    with pytest.raises(TrajectoryTooLargeError, match=r"simulation too large: 3 run\(s\) x 1,000,000,000,000,000 "
+                       r"control steps x 2 states .* bytes of trajectory arrays, more than the .* available") as info:
+        simulate_batch(system, None, None, "pd", np.zeros((3, 2)), 1e12, 1e-3)
+    assert isinstance(info.value, MemoryError) and isinstance(info.value, CbfsimError)
+    # the estimate is exactly what a run records (order 1 and 2)
+    barrier = TorchBarrier(Angle(0.5), m=1, n=2)
+    for filt in (None, HOCBFQP(get_system("inverted_pendulum"), Tanh(4.0, 0.3), Linear(5.0))):
+        tr = simulate_batch(get_system("inverted_pendulum"), barrier, filt, "pd", np.zeros((3, 2)), 0.05, 0.01,
+                            order=2 if filt else 1)
+        recorded = sum(getattr(tr, f).nbytes for f in ("t", "x", "h", "u_nom", "u", "Lf", "Lg", "slack",
+                                                       "status", "solve_time", "Lf2", "LgLf")
+                       if getattr(tr, f) is not None)
+        assert _record_bytes(3, 5, 2, 1, tr.metadata["order"]) == recorded
 
 
 def test_time_grid_validation():
@@ -224,7 +295,8 @@ def test_trajectory_save_load_roundtrip(tmp_path):
     assert all(timing[k] > 0 for k in ("barrier_s", "filter_s", "integration_s"))
     path = tr.save(tmp_path / "run.npz")
     back = Trajectory.load(path)
-    for name in ("t", "x", "u_nom", "u", "h", "Lf", "Lg", "slack", "status", "solve_time", "Lf2", "LgLf"):
+    for name in ("t", "x", "u_nom", "u", "h", "Lf", "Lg", "slack", "status", "solve_time", "Lf2", "LgLf",
+                 "run_status"):
         np.testing.assert_array_equal(getattr(back, name), getattr(tr, name), err_msg=name)
     assert back.metadata == tr.metadata and back.metadata["note"] == "round trip"
     assert back.status.dtype == np.int8
