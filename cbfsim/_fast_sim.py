@@ -11,12 +11,14 @@ else: no plant twin, a batch of more than one, a float exception, or a non-finit
 (numpy then recomputes it, with its warnings).
 
 Switch: the environment variable ``CBFSIM_FAST_PATHS=0`` turns every fast path off (the
-same variable switches off the plants' and the filters' twins). It is read on every call
-(``fast_paths_enabled``), so both paths can be compared in one process. ``rk4_single`` is
-the one entry point (simulate.py's ``_integrate``).
+same variable switches off the plants' and the filters' twins). It is read once, by
+``fast_paths_enabled``; a process that changes it (a test comparing both paths) calls
+``fast_paths_enabled.cache_clear()`` afterwards. ``rk4_single`` is the one entry point
+(simulate.py's ``_integrate``).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any, Callable
@@ -28,8 +30,11 @@ _F64 = np.dtype(np.float64)
 _RK4_FLOAT: dict[int, Callable[..., list[float]]] = {}
 
 
+@functools.cache
 def fast_paths_enabled() -> bool:
-    """False when the environment sets CBFSIM_FAST_PATHS=0."""
+    """False when the environment sets CBFSIM_FAST_PATHS=0. Read once (an os.environ lookup
+    of an unset variable costs about as much as the twin saves); after changing the variable
+    in-process call ``fast_paths_enabled.cache_clear()``."""
     return os.environ.get(FAST_PATHS_ENV, "1") != "0"
 
 

@@ -70,6 +70,8 @@ def simulate_main(argv: Sequence[str]) -> int:
     c = system.constraint(traj.x[0])
     print(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
           f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+    for fault in traj.metadata["faults"]:
+        print(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0
 
 

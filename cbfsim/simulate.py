@@ -123,7 +123,10 @@ def _available_memory() -> int | None:
 
 def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
     """Refuse, before allocating anything, a run whose record cannot fit in memory."""
-    need, have = _record_bytes(B, T, n, m, order), _available_memory()
+    need = _record_bytes(B, T, n, m, order)
+    if need < 1 << 26:                    # (64 MiB: not worth reading /proc/meminfo)
+        return
+    have = _available_memory()
     if have is not None and need > have:
         raise TrajectoryTooLargeError(
             f"simulation too large: {B:,} run(s) x {T:,} control steps x {n} states (+ inputs, h, "

@@ -20,11 +20,13 @@ non-finite result.
 
 Switch: the environment variable ``CBFSIM_FAST_PATHS=0`` turns every fast path off (the
 plants' here, the simulator's and the filters' in cbfsim read the same variable). It is
-read on every call (``fast_paths_enabled``), so both paths can be compared in one process.
-``evaluate`` is the one entry point (base.py's ``_dispatch``).
+read once, by ``fast_paths_enabled``; a process that changes it (a test comparing both
+paths) calls ``fast_paths_enabled.cache_clear()`` afterwards.
+``evaluate`` is the one entry point (base.py: ``_Field.evaluate`` and ``xdot``).
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from typing import Any, Callable, Mapping, Sequence
@@ -41,8 +43,11 @@ _isfinite = math.isfinite
 _UNBUILT = object()
 
 
+@functools.cache
 def fast_paths_enabled() -> bool:
-    """False when the environment sets CBFSIM_FAST_PATHS=0."""
+    """False when the environment sets CBFSIM_FAST_PATHS=0. Read once (an os.environ lookup
+    of an unset variable costs about as much as the twin saves); after changing the variable
+    in-process call ``fast_paths_enabled.cache_clear()``."""
     return os.environ.get(FAST_PATHS_ENV, "1") != "0"
 
 
@@ -178,22 +183,14 @@ class XdotTwin:
         return list(out) if all(map(_isfinite, out)) else None
 
 
-def _one_state(x: Any, n: int) -> list[float] | None:
-    """x as n Python floats when it is ONE float64 state, (n,) or (1, n), else None."""
-    if type(x) is np.ndarray and x.dtype == _F64 and 1 <= x.ndim <= 2 and x.shape[-1] == n and x.size == n:
-        return x.ravel().tolist()
-    return None
-
-
 def evaluate(twin: FieldTwin | XdotTwin, x: Any, n: int, u: Any = None, m: int = 0) -> np.ndarray | None:
     """The twin's answer for one float64 state x ((n,) or (1, n); with the input u of shape
     x.shape[:-1] + (m,) for xdot) as an array of shape x.shape[:-1] + twin.shape, or None:
     fast paths switched off, not one float64 state, or no guaranteed twin answer."""
-    if not fast_paths_enabled():
+    if not (type(x) is np.ndarray and x.dtype == _F64 and 1 <= x.ndim <= 2 and x.shape[-1] == n
+            and x.size == n and fast_paths_enabled()):
         return None
-    vals = _one_state(x, n)
-    if vals is None:
-        return None
+    vals = x.ravel().tolist()
     if u is not None:
         if type(u) is not np.ndarray or u.dtype != _F64 or u.shape != x.shape[:-1] + (m,):
             return None
@@ -201,4 +198,6 @@ def evaluate(twin: FieldTwin | XdotTwin, x: Any, n: int, u: Any = None, m: int =
     out = twin.values(vals)
     if out is None:
         return None
+    if len(twin.shape) == 1:
+        return np.array([out] if x.ndim == 2 else out)
     return np.array(out).reshape(x.shape[:-1] + twin.shape)

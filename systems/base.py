@@ -69,14 +69,6 @@ def _columns(x: Any, n: int) -> tuple[list[np.ndarray], tuple[int, ...]]:
     return [arr[..., i] for i in range(n)], arr.shape[:-1]
 
 
-def _dispatch(twin: "_fast.FieldTwin | _fast.XdotTwin", x: Any, n: int, general: Callable[[], np.ndarray],
-              u: Any = None, m: int = 0) -> np.ndarray:
-    """The one place the float twins (systems/_fast.py) are tried: the twin's answer when
-    it applies (one float64 state, fast paths on, bits guaranteed), else the array code."""
-    out = _fast.evaluate(twin, x, n, u, m)
-    return general() if out is None else out
-
-
 def _sympify_param(value: Any) -> sp.Expr:
     """Integral values become sympy Integers (cleaner expressions), others exact binary Floats."""
     v = float(value)
@@ -132,11 +124,13 @@ class _Field:
         var_exprs = [flat[i] for i in self.var]
         self._np = lambdify(self.args, var_exprs, "numpy", NumPyExactPrinter) if self.var else None
         self._torch: Callable[..., Any] | None = None
+        self.n = len(self.args)
         self.twin = _fast.FieldTwin(self.args, flat, self.const, self.var, shape)
 
     def evaluate(self, x: Any) -> np.ndarray:
         """All entries at the states x ((n,) -> shape; (B, n) -> (B,) + shape)."""
-        return _dispatch(self.twin, x, len(self.args), lambda: self.numpy(*_columns(x, len(self.args))))
+        out = _fast.evaluate(self.twin, x, self.n)     # the float twin where it applies
+        return self.numpy(*_columns(x, self.n)) if out is None else out
 
     def numpy(self, cols: Sequence[np.ndarray], batch: tuple[int, ...]) -> np.ndarray:
         out = np.empty(batch + (len(self.exprs),), dtype=np.float64)
@@ -385,7 +379,8 @@ class ControlAffineSystem:
 
     def xdot(self, x: Any, u: Any) -> np.ndarray:
         """f(x) + G(x) u: (n,), (m,) -> (n,); (B, n), (B, m) -> (B, n)."""
-        return _dispatch(self._xdot_twin, x, self.n, lambda: self._xdot_array(x, u), u, self.m)
+        out = _fast.evaluate(self._xdot_twin, x, self.n, u, self.m)     # the float twin where it applies
+        return self._xdot_array(x, u) if out is None else out
 
     def _xdot_array(self, x: Any, u: Any) -> np.ndarray:
         xa = _as_states(x, self.n)

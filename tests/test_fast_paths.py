@@ -42,14 +42,32 @@ def edge_inputs(plant: ControlAffineSystem, X: np.ndarray, seed: int, huge: bool
     return U
 
 
+def set_switch(monkeypatch: pytest.MonkeyPatch, value: str | None) -> None:
+    """Set (None: unset) CBFSIM_FAST_PATHS and make both layers read it again."""
+    if value is None:
+        monkeypatch.delenv("CBFSIM_FAST_PATHS", raising=False)
+    else:
+        monkeypatch.setenv("CBFSIM_FAST_PATHS", value)
+    reread_switch()
+
+
+def reread_switch() -> None:
+    _fast.fast_paths_enabled.cache_clear()
+    _fast_sim.fast_paths_enabled.cache_clear()
+
+
 @pytest.fixture
 def general_path(monkeypatch: pytest.MonkeyPatch):
-    """Call ``run()`` with every fast path switched off."""
+    """``general_path(fn)`` calls fn with every fast path switched off."""
     def run(fn):
-        with monkeypatch.context() as m:
-            m.setenv("CBFSIM_FAST_PATHS", "0")
+        set_switch(monkeypatch, "0")
+        try:
             return fn()
-    return run
+        finally:
+            set_switch(monkeypatch, None)
+    yield run
+    monkeypatch.undo()
+    reread_switch()
 
 
 @pytest.mark.parametrize("name", SYSTEM_NAMES)
@@ -120,14 +138,17 @@ def test_rk4_twin_matches_the_array_rk4_step_by_step_including_escapes(name):
 def test_switch_turns_every_fast_path_off(monkeypatch):
     plant = get_system("van_der_pol")
     x, u = np.array([[0.3, -0.2]]), np.array([[0.1]])
+    set_switch(monkeypatch, None)
     assert _fast.evaluate(plant._f.twin, x, 2) is not None
     assert _fast.evaluate(plant._xdot_twin, x, 2, u, 1) is not None
     assert _fast_sim.rk4_single(plant, x, u, 0.01, 1) is not None
-    monkeypatch.setenv("CBFSIM_FAST_PATHS", "0")
+    set_switch(monkeypatch, "0")
     assert not _fast.fast_paths_enabled() and not _fast_sim.fast_paths_enabled()
     assert _fast.evaluate(plant._f.twin, x, 2) is None
     assert _fast.evaluate(plant.nominal("zero")._field.twin, x, 2) is None
     assert _fast.evaluate(plant._xdot_twin, x, 2, u, 1) is None
     assert _fast_sim.rk4_single(plant, x, u, 0.01, 1) is None
-    monkeypatch.setenv("CBFSIM_FAST_PATHS", "1")
+    set_switch(monkeypatch, "1")
     assert _fast.fast_paths_enabled() and _fast_sim.fast_paths_enabled()
+    monkeypatch.undo()
+    reread_switch()
