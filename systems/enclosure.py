@@ -9,7 +9,7 @@ in tests): systems/ never imports the interval type.
 Printing keeps what an interval type needs to be tight and sound:
 - integer powers stay powers (``x**2`` of [-1, 2] is [0, 4]; ``x*x`` would be [-2, 4]);
   negative ones become ``1/x**k``, exponents +-1/2 ``sqrt``;
-- every number is the float64 value the simulator uses, printed round-trip (``_exact_float``);
+- every number is the float64 value the simulator uses, printed round-trip (``_lambdify._exact_float``);
   symbolic constants (pi, E) likewise; the enclosure treats these values as exact;
 - every function is called by its sympy name (``sin``, ``Abs``, ...) from the namespace only:
   no fallback to ``math``. An expression needing a function the namespace lacks, a
@@ -28,7 +28,8 @@ from sympy.printing.precedence import PRECEDENCE
 
 from compiler.errors import CbfsimError
 
-from .base import ControlAffineSystem, _PythonPrinter
+from ._lambdify import PythonExactPrinter
+from .base import ControlAffineSystem
 
 __all__ = ["PlantEnclosure", "UnsupportedExpressionError", "plant_enclosure"]
 
@@ -37,7 +38,7 @@ class UnsupportedExpressionError(CbfsimError, ValueError):
     """A plant expression the interval namespace cannot bound soundly (message names it)."""
 
 
-class _IntervalPrinter(_PythonPrinter):
+class _IntervalPrinter(PythonExactPrinter):
     """Python code for interval objects: powers kept, functions by sympy name, exact floats."""
 
     def _print(self, expr: Any, **kwargs: Any) -> str:
