@@ -56,6 +56,15 @@ def reread_switch() -> None:
     _fast_sim.fast_paths_enabled.cache_clear()
 
 
+@pytest.fixture(autouse=True)
+def fast_paths_on(monkeypatch: pytest.MonkeyPatch):
+    """The twins are under test even when the suite runs with CBFSIM_FAST_PATHS=0."""
+    set_switch(monkeypatch, None)
+    yield
+    monkeypatch.undo()
+    reread_switch()
+
+
 @pytest.fixture
 def general_path(monkeypatch: pytest.MonkeyPatch):
     """``general_path(fn)`` calls fn with every fast path switched off."""
@@ -65,9 +74,7 @@ def general_path(monkeypatch: pytest.MonkeyPatch):
             return fn()
         finally:
             set_switch(monkeypatch, None)
-    yield run
-    monkeypatch.undo()
-    reread_switch()
+    return run
 
 
 @pytest.mark.parametrize("name", SYSTEM_NAMES)
@@ -138,7 +145,6 @@ def test_rk4_twin_matches_the_array_rk4_step_by_step_including_escapes(name):
 def test_switch_turns_every_fast_path_off(monkeypatch):
     plant = get_system("van_der_pol")
     x, u = np.array([[0.3, -0.2]]), np.array([[0.1]])
-    set_switch(monkeypatch, None)
     assert _fast.evaluate(plant._f.twin, x, 2) is not None
     assert _fast.evaluate(plant._xdot_twin, x, 2, u, 1) is not None
     assert _fast_sim.rk4_single(plant, x, u, 0.01, 1) is not None
@@ -150,5 +156,3 @@ def test_switch_turns_every_fast_path_off(monkeypatch):
     assert _fast_sim.rk4_single(plant, x, u, 0.01, 1) is None
     set_switch(monkeypatch, "1")
     assert _fast.fast_paths_enabled() and _fast_sim.fast_paths_enabled()
-    monkeypatch.undo()
-    reread_switch()
