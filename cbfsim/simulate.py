@@ -260,9 +260,11 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
             if on_fault == "raise":
                 first = faults[0]["run"]
                 raise NonFiniteStateError(k + 1, t[k + 1], X[first], first, finish(k + 1))
+            if not alive.any():
+                break                     # nothing left to simulate (the record is blanked)
             X[bad] = X_init[bad]          # a finite stand-in the batch calls already handled
 
-    if barrier is not None:
+    if barrier is not None and alive.any():
         t0 = time.perf_counter()
         h[:, T] = barrier.value(X)
         clock["barrier_s"] += time.perf_counter() - t0
