@@ -1,7 +1,9 @@
 """cbfsim: closed-loop simulation of neural control-barrier-function safety filters.
 
 The curated public API, importable from the top level (``from cbfsim import simulate``).
-Names resolve lazily on first use, so ``import cbfsim`` loads neither torch nor the compiler.
+Names resolve lazily on first use, so ``import cbfsim`` loads neither torch nor the compiler;
+``simulate`` and ``simulate_batch`` are bound at import, because the submodule of the same
+name would otherwise shadow the function once anything imports ``cbfsim.simulate``.
 
 Compile and load a barrier: ``compile_barrier``. Barriers: ``CompiledBarrier``,
 ``TorchBarrier``, ``AnalyticBarrier``. Filters: ``CBFQP``, ``HOCBFQP``, ``CBFProjection``,
@@ -29,14 +31,15 @@ _EXPORTS: dict[str, str] = {
     "Cubic": "cbfsim.classk",
     "Power": "cbfsim.classk",
     "Tanh": "cbfsim.classk",
-    "simulate": "cbfsim.simulate",
-    "simulate_batch": "cbfsim.simulate",
     "Trajectory": "cbfsim.trajectory",
+    "RunStatus": "cbfsim.trajectory",
     "get_system": "systems",
     "CbfsimError": "compiler.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+from .simulate import simulate, simulate_batch  # noqa: E402  (see the docstring)
+
+__all__ = sorted([*_EXPORTS, "simulate", "simulate_batch"])
 
 
 def __getattr__(name: str) -> Any:

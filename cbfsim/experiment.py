@@ -26,7 +26,7 @@ from .plots import phase_portrait, time_series
 from .preflight import PreflightWarning, card_findings, initial_state_findings, report as report_findings
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
-from .trajectory import Trajectory
+from .trajectory import RunStatus, Trajectory
 
 
 @dataclass(frozen=True)
@@ -174,6 +174,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
         "solver_errors": int(np.sum(filtered.status == FilterStatus.SOLVER_ERROR)
                              + np.sum(showcase.status == FilterStatus.SOLVER_ERROR)),
         "min_h_filtered": float(np.nanmin(filtered.h)),
+        "stopped_runs": int(np.sum(filtered.run_status != RunStatus.COMPLETED)),
         "showcase": {"x0": showcase_x0[0].tolist(), "filter": "OSQP", "min_constraint": min_s,
                      "max_abs_diff_vs_projection": float(np.max(np.abs(showcase.x[0] - showcase_more.x[0])))},
         "verify": {"condition_failures": report.condition_failures,

@@ -27,6 +27,7 @@ from .barriers import Barrier, ShapeError, as_batch, barrier_terms
 from .classk import describe
 from . import _fast_sim
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
+from .preflight import initial_state_findings, report as report_findings
 from .trajectory import STEP_NOT_RUN, RunStatus, Trajectory
 
 
@@ -156,10 +157,14 @@ def _stop_runs(rec: dict[str, np.ndarray], fault_step: np.ndarray) -> None:
 def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
                    controller: Callable[[np.ndarray], np.ndarray] | str, X0: Any, t_final: float,
                    dt_control: float, dt_int: float | None = None, order: int | None = None,
-                   metadata: dict | None = None, on_fault: str = "stop") -> Trajectory:
+                   metadata: dict | None = None, on_fault: str = "stop", strict: bool = False) -> Trajectory:
     """Simulate B runs at once from X0 (B, n); one barrier and one filter call per control
     step for the whole batch. ``controller`` is a callable (B, n) -> (B, m) or the name of
     one of ``system.nominal``'s controllers; ``order`` defaults to the filter's.
+
+    Runs that start outside the constraint set, or outside the set the filter keeps invariant
+    ({h >= 0}; {h >= 0, psi1 >= 0} for an HOCBF filter), are warned about (PreflightWarning)
+    and listed in ``metadata["preflight"]``; ``strict=True`` refuses them (UnsafeRunError).
 
     A run whose state becomes non-finite stops there and the others go on (``on_fault="stop"``,
     see trajectory.py: ``run_status``, ``metadata["faults"]``); its row is held at its initial
@@ -189,6 +194,7 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
         raise NonFiniteStateError(0, 0.0, X[bad], bad)
     _check_memory(B, T, n, m, order)
+    preflight = report_findings(_initial_findings(system, barrier, filter, X, order), strict, where="simulate")
     if filter is not None:
         filter.reset()
 
@@ -214,7 +220,7 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     def finish(steps: int) -> Trajectory:
         run_status = np.where(alive, RunStatus.COMPLETED, RunStatus.NON_FINITE_STATE).astype(np.int8)
         meta = _metadata(system, barrier, filter, controller, order, t_final, dt_control, dt_int, B, steps,
-                         clock, faults, metadata)
+                         clock, faults, {"preflight": preflight, **(metadata or {})})
         cut = {k: (v if v is None else v[:, :steps + (1 if k in ("x", "h") else 0)]) for k, v in rec.items()}
         if faults:
             _stop_runs(cut, fault_step)
@@ -271,6 +277,17 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     return finish(T)
 
 
+def _initial_findings(system: Any, barrier: Barrier | None, filter: Any, X: np.ndarray, order: int) -> list:
+    """Where the initial states lie: the constraint set, and the filter's invariant set."""
+    constraint = system.constraint(X)
+    if barrier is None:
+        return initial_state_findings(constraint, None)
+    terms = barrier_terms(barrier, system, X, 1)
+    alpha1 = getattr(filter, "alpha1", None) if order == 2 else None
+    psi1 = None if alpha1 is None else np.asarray(terms.Lf) + alpha1(np.asarray(terms.h))
+    return initial_state_findings(constraint, terms.h, psi1)
+
+
 def _metadata(system: Any, barrier: Any, filter: Any, controller: Any, order: int, t_final: float,
               dt_control: float, dt_int: float, B: int, T: int, clock: dict, faults: list[dict],
               extra: dict | None) -> dict:
@@ -293,11 +310,12 @@ def _metadata(system: Any, barrier: Any, filter: Any, controller: Any, order: in
 def simulate(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
              controller: Callable[[np.ndarray], np.ndarray] | str, x0: Any, t_final: float,
              dt_control: float, dt_int: float | None = None, order: int | None = None,
-             metadata: dict | None = None, on_fault: str = "stop") -> Trajectory:
+             metadata: dict | None = None, on_fault: str = "stop", strict: bool = False) -> Trajectory:
     """One run from x0 (n,); returns a Trajectory with batch size 1 (see simulate_batch:
-    a non-finite state stops the run and marks it, or raises with ``on_fault="raise"``)."""
+    a non-finite state stops the run and marks it, or raises with ``on_fault="raise"``;
+    an x0 outside the constraint or certified set is warned about, or refused with ``strict``)."""
     x0 = np.asarray(x0, dtype=np.float64)
     if x0.shape != (system.n,):
         raise ShapeError(f"x0: expected shape ({system.n},), got {x0.shape}")
     return simulate_batch(system, barrier, filter, controller, x0[None, :], t_final, dt_control,
-                          dt_int, order, metadata, on_fault)
+                          dt_int, order, metadata, on_fault, strict)

@@ -50,4 +50,6 @@ def test_every_project_error_derives_from_the_one_root_and_a_builtin():
 @pytest.mark.parametrize("name", importlib.import_module("cbfsim").__all__)
 def test_every_name_of_the_curated_public_api_resolves(name):
     import cbfsim
-    assert getattr(cbfsim, name) is not None
+    import cbfsim.simulate  # noqa: F401  (a submodule import must not shadow the function)
+    value = getattr(cbfsim, name)
+    assert value is not None and not inspect.ismodule(value), f"cbfsim.{name} is a module"

@@ -46,3 +46,20 @@ def test_findings_warn_and_are_recorded_by_default_and_raise_under_strict():
     with pytest.raises(UnsafeRunError, match="run: the model card's sampled verification FAILED"):
         report(findings, strict=True, where="run")
     assert report([], strict=True) == []
+
+
+def test_simulate_flags_an_initial_state_outside_the_constraint_set_and_strict_refuses_it():
+    from cbfsim import CBFProjection, Linear, simulate, simulate_batch
+    from cbfsim.barriers import AnalyticBarrier
+    from systems import get_system
+    system = get_system("van_der_pol")
+    disk = AnalyticBarrier(lambda X: 2.25 - X[:, 0] ** 2 - X[:, 1] ** 2, lambda X: -2.0 * X, n=2, m=1)
+    filt = CBFProjection(system, Linear(1.0))
+    with pytest.warns(PreflightWarning, match=r"1 of 2 runs \(run 1\) start outside the constraint set"):
+        traj = simulate_batch(system, disk, filt, "zero", [[0.5, 0.5], [2.0, 0.0]], t_final=0.05, dt_control=0.01)
+    kinds = {f["kind"] for f in traj.metadata["preflight"]}
+    assert kinds == {"x0_outside_constraint_set", "x0_outside_certified_set"}
+    with pytest.raises(UnsafeRunError):
+        simulate(system, disk, filt, "zero", [2.0, 0.0], t_final=0.05, dt_control=0.01, strict=True)
+    inside = simulate(system, disk, filt, "zero", [0.5, 0.5], t_final=0.05, dt_control=0.01, strict=True)
+    assert inside.metadata["preflight"] == []
