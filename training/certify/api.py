@@ -12,6 +12,7 @@ import numpy as np
 from .branch import SearchResult, search
 from .certificate import Certificate, ConditionResult
 from .conditions import NAMES
+from .coverage import constraint_volume, refine_inside
 from .problem import CertifyError, Problem, load_problem
 
 MARGINS = (1e-3, 1e-2, 3e-2, 0.1, 0.3)    # eps = 0 never absorbs the header's float32 rounding
@@ -120,7 +121,13 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
             conditions[k].proven = not r.counterexamples[k] and r.failing[k] == 0 and r.stopped in ("", "budget", "time") \
                 and r.undecided == 0
     closed = not r.open_faces and bool(np.all(problem.read_by_network | ~problem.splittable))
-    coverage = r.volume_safe / r.volume_S if r.volume_S > 0 else 0.0
+    coverage = 0.0
+    if r.proven:
+        inside = r.volume_safe
+        if r.straddling:
+            inside += refine_inside(problem, np.concatenate([a for a, _ in r.straddling]),
+                                    np.concatenate([b for _, b in r.straddling]))
+        coverage = min(1.0, inside / max(constraint_volume(problem), 1e-300))
     reason = ""
     if not r.certified:
         blocking = [k for k in NAMES if r.counterexamples[k]] or [k for k in NAMES if r.failing[k]]

@@ -42,7 +42,7 @@ class SearchResult:
     failing: dict[str, int] = field(default_factory=lambda: {k: 0 for k in NAMES})   # undecided boxes per condition
     undecided_boxes: list[dict[str, Any]] = field(default_factory=list)
     volume_safe: float = 0.0        # proven boxes wholly inside the certified set (relative volume)
-    volume_S: float = 0.0           # boxes that may meet S (relative volume; bounds vol(S & D) above)
+    straddling: list = field(default_factory=list)   # proven boxes meeting the set's boundary: (lo, hi)
     open_faces: bool = False        # a box that may meet the set touches a face of the domain
     stopped: str = ""               # why the search ended early ("", "counterexample", "time", "budget")
     rounding: Any = None
@@ -82,7 +82,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         res.refuted += int(refuted.sum())
         res.volume_safe += float(vol[proven & bounds.inside_set].sum())
         leaf = proven | refuted
-        res.volume_S += float(vol[leaf & bounds.meets_S].sum())
+        edge = proven & bounds.meets_set & ~bounds.inside_set
+        if edge.any():
+            res.straddling.append((blo[edge], bhi[edge]))
         touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
         res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
         open_ = ~leaf
