@@ -22,7 +22,7 @@ COVERAGE_SAMPLES = 20_000
 
 def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = None,
             time_limit: float | None = None, margin: float | None = None, max_boxes: int = 2_000_000,
-            min_width: float = 2.0 ** -22, progress: bool = False) -> Certificate:
+            min_width: float = 2.0 ** -30, progress: bool = False) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
@@ -102,7 +102,7 @@ def _claim(problem: Problem, closed: bool, eps: float) -> str:
     where = "{h >= 0}" if problem.order == 1 else "{h >= 0, psi1 >= 0}"
     period = f"held for {problem.dt:g} s (zero-order hold)" if problem.dt > 0 else "applied continuously"
     text = (f"For every sampled state x_k in C = {where} inside the domain D and every input u in "
-            f"[{problem.u_lo.tolist()}, {problem.u_hi.tolist()}] that the filter may return there "
+            f"{' x '.join(f'[{a:g}, {b:g}]' for a, b in zip(problem.u_lo, problem.u_hi))} that the filter may return there "
             f"(its float32 constraint row a.u + b >= {eps:g}), {period}, the state stays in C, hence in the "
             f"constraint set of {s.name}, over the whole period; by induction it stays safe while the sampled "
             f"states stay in D.")
@@ -138,7 +138,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         order=problem.order, dt=problem.dt, margin=r.eps, conditions=conditions,
         boxes={"proven": r.proven, "refuted": r.refuted, "undecided": r.undecided, "evaluated": r.evaluated},
         certified_coverage=coverage, sampled_coverage=_sampled_coverage(problem), closed_in_domain=closed,
-        undecided=r.undecided_boxes, rounding=str(r.rounding), wall_time_s=round(wall, 3),
+        undecided=r.undecided_boxes, rounding=f"{r.rounding} (largest bound met: h {r.rounding_max['h']:.3g}, grad h {r.rounding_max['grad']:.3g})", wall_time_s=round(wall, 3),
         versions={"cbfsim": getattr(cbfsim, "__version__", "unknown"), "numpy": np.__version__,
                   "python": platform.python_version()},
         model_hash=problem.model_hash, margins_tried=tried, reason=reason)

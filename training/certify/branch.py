@@ -6,9 +6,9 @@ conditions on them at once (numpy over boxes), and
 * rechecks a failing box's candidates in float64 (``counterexamples.py``): a confirmed
   violation marks the box refuted and ends the search after this round (the verdict is
   fixed: not certified),
-* splits the others in two along the edge that is widest relative to the domain, among the
-  dimensions anything depends on (never e.g. the bicycle's p_x, which neither the network
-  nor the plant reads),
+* splits the others in two along the edge with the largest variation of h (width times the
+  gradient bound, ``split_dimension``), among the dimensions anything depends on (never e.g.
+  the bicycle's p_x, which neither the network nor the plant reads),
 * or leaves them undecided once the edge is below ``min_width`` (relative), the box budget
   is spent or the deadline has passed.  Undecided is never proven.
 """
@@ -45,7 +45,8 @@ class SearchResult:
     straddling: list = field(default_factory=list)   # proven boxes meeting the set's boundary: (lo, hi)
     open_faces: bool = False        # a box that may meet the set touches a face of the domain
     stopped: str = ""               # why the search ended early ("", "counterexample", "time", "budget")
-    rounding: Any = None
+    rounding: str = ""              # the float32 rounding bound's statement
+    rounding_max: dict[str, float] = field(default_factory=lambda: {"h": 0.0, "grad": 0.0})
 
     @property
     def certified(self) -> bool:
@@ -53,7 +54,7 @@ class SearchResult:
 
 
 def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000_000,
-           min_width: float = 2.0 ** -22, batch: int = 2048, progress: Any = None) -> SearchResult:
+           min_width: float = 2.0 ** -30, batch: int = 2048, progress: Any = None) -> SearchResult:
     """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes."""
     span = problem.hi - problem.lo
     split = problem.splittable
@@ -73,7 +74,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         lo, hi, score = lo[rest], hi[rest], score[rest]
         bounds = evaluate(problem, Interval(blo, bhi), eps)
         res.evaluated += len(blo)
-        res.rounding = bounds.rounding
+        _note_rounding(res, bounds.rounding)
         rel = (bhi - blo) / span
         vol = np.prod(np.where(split, rel, 1.0), axis=1)
         proven = bounds.proven
@@ -88,9 +89,8 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
         res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
         open_ = ~leaf
-        relw = np.where(split, rel, -1.0)
-        dim = np.argmax(relw, axis=1)
-        too_small = relw[np.arange(len(dim)), dim] < min_width
+        dim = split_dimension(bhi - blo, bounds.grad_mag, split)
+        too_small = rel[np.arange(len(dim)), dim] < min_width
         stuck = open_ & too_small
         if stuck.any():
             _leave_undecided(res, blo[stuck], bhi[stuck], "minimum width", bounds, np.flatnonzero(stuck))
@@ -111,6 +111,26 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
             progress.set_postfix(boxes=res.evaluated, open=len(lo), refresh=False)
             progress.refresh()
     return res
+
+
+def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray) -> np.ndarray:
+    """The edge to halve: the largest w_i (|dh/dx_i| + mean_k |dh/dx_k|) among the splittable
+    dimensions -- the variation of h along the edge, plus a share for the plant's dependence
+    (a dimension the network ignores but f reads, like the bicycle's v, still gets split)."""
+    g = np.where(np.isfinite(grad_mag), grad_mag, 1e300)
+    score = width * (g + g.mean(axis=1, keepdims=True) + 1e-300)
+    return np.argmax(np.where(split, score, -1.0), axis=1)
+
+
+def _note_rounding(res: SearchResult, rounding: Any) -> None:
+    """Keep the statement and the largest float32 error bound met (h and grad h)."""
+    if rounding is None:
+        return
+    res.rounding = rounding.statement
+    for key in ("h", "grad"):
+        value = getattr(rounding, key)
+        if value is not None and np.size(value):
+            res.rounding_max[key] = max(res.rounding_max[key], float(np.max(value)))
 
 
 def _leave_undecided(res: SearchResult, lo: np.ndarray, hi: np.ndarray, why: str, bounds=None, idx=None) -> None:

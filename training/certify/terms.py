@@ -64,10 +64,7 @@ def plant_terms(plant: Any, box: Interval, order: int, with_input_jacobian: bool
 
 
 def _enclose(model: Any, box: Interval, order: int, float32: bool):
-    try:
-        from compiler.bounds import enclose
-    except ImportError:                      # cert-bounds not merged yet
-        from .fallback_jets import enclose
+    from compiler.bounds import enclose
     return enclose(model, box, order=order, float32=float32)
 
 
