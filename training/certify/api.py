@@ -124,7 +124,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
     coverage = 0.0
     if r.proven:
         inside = r.volume_safe
-        if r.straddling:
+        if r.straddling and r.certified:      # refine only a certificate's coverage (it is the one quoted)
             inside += refine_inside(problem, np.concatenate([a for a, _ in r.straddling]),
                                     np.concatenate([b for _, b in r.straddling]))
         coverage = min(1.0, inside / max(constraint_volume(problem), 1e-300))

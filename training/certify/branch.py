@@ -89,7 +89,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
         res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
         open_ = ~leaf
-        dim = split_dimension(bhi - blo, bounds.grad_mag, split)
+        dim = split_dimension(bhi - blo, bounds.grad_mag, split, span)
         too_small = rel[np.arange(len(dim)), dim] < min_width
         stuck = open_ & too_small
         if stuck.any():
@@ -113,12 +113,16 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
     return res
 
 
-def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray) -> np.ndarray:
-    """The edge to halve: the largest w_i (|dh/dx_i| + mean_k |dh/dx_k|) among the splittable
-    dimensions -- the variation of h along the edge, plus a share for the plant's dependence
-    (a dimension the network ignores but f reads, like the bicycle's v, still gets split)."""
+def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """The edge to halve: the largest w_i |dh/dx_i| + (w_i / span_i) m among the splittable
+    dimensions -- the variation of h along the edge, plus a share m (the smallest nonzero
+    variation of h across the domain) for the plant's dependence, so that a dimension the
+    network ignores but f reads (the bicycle's v) is still split."""
     g = np.where(np.isfinite(grad_mag), grad_mag, 1e300)
-    score = width * (g + g.mean(axis=1, keepdims=True) + 1e-300)
+    across = np.where(split & (g > 0), g * span, np.inf)
+    m = np.min(across, axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 1.0)
+    score = width * g + width / span * m
     return np.argmax(np.where(split, score, -1.0), axis=1)
 
 

@@ -20,6 +20,7 @@ from .problem import Problem
 from .sampled import _vertices
 
 RK4_STEPS = 40
+INSIDE = 1e-9        # admissible candidates keep this much inside a . u + b >= eps (rounding-proof)
 
 
 def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -89,10 +90,10 @@ def sampled_candidates(problem: Problem, x: np.ndarray, worst_u: np.ndarray, eps
     if len(x) == 0 or problem.dt == 0:
         return []
     inputs = [np.clip(worst_u, problem.u_lo, problem.u_hi)]
-    inputs += list(_vertices(a, eps - b, problem.u_lo, problem.u_hi))
+    inputs += list(_vertices(a, eps + INSIDE - b, problem.u_lo, problem.u_hi))   # just inside the half-space
     found = []
     for u in inputs:
-        admissible = (a * u).sum(-1) + b >= eps
+        admissible = (a * u).sum(-1) + b >= eps + 0.5 * INSIDE
         if not admissible.any():
             continue
         low = rollout_minimum(problem, x[admissible], u[admissible])
