@@ -29,7 +29,8 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     time).  ``margin``: the filter margin eps; None tries ``MARGINS`` from the largest (the
     quickest to prove when the filter is feasible with it) down, and keeps the smallest that
     certifies (a larger margin costs feasibility, a smaller one costs boxes: each smaller try
-    gets GROWTH times the boxes of the last success).  Runs out of ``time_limit`` seconds or ``max_boxes`` boxes ->
+    gets GROWTH times the boxes of the last success; before the first success each try gets an
+    equal share of the remaining time and boxes).  Runs out of ``time_limit`` seconds or ``max_boxes`` boxes ->
     not certified with the undecided boxes listed."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
@@ -41,18 +42,24 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
         margins = [float(margin)]
     else:
         margins = sorted(MARGINS, reverse=True)
-    tried: list[float] = []
+    tried: list[dict[str, Any]] = []
     result: SearchResult | None = None
     best: SearchResult | None = None
     budget = max_boxes
-    for eps in margins:
+    for i, eps in enumerate(margins):
         bar = _progress_bar(eps) if progress else None
+        share = 1.0 if best is not None else 1.0 / (len(margins) - i)   # before a success: split the limits
+        now = time.monotonic()
+        until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
         try:
-            attempt = search(problem, eps, deadline, max_boxes=budget, min_width=min_width, progress=bar)
+            attempt = search(problem, eps, until, max_boxes=max(1, int(share * budget)), min_width=min_width,
+                             progress=bar)
         finally:
             if bar is not None:
                 bar.close()
-        tried.append(eps)
+        tried.append({"margin": eps, "certified": attempt.certified, "ended": attempt.stopped or "done",
+                      "counterexamples": {k: len(v) for k, v in attempt.counterexamples.items() if v},
+                      "boxes": attempt.evaluated})
         result = attempt if best is None else result
         if attempt.certified:
             best = result = attempt

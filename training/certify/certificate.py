@@ -44,7 +44,7 @@ class Certificate:
     wall_time_s: float
     versions: dict[str, str]
     model_hash: str
-    margins_tried: list[float] = field(default_factory=list)
+    margins_tried: list[dict[str, Any]] = field(default_factory=list)   # every margin tried and its outcome
     reason: str = ""                          # one line: what blocks certification
 
     def to_dict(self) -> dict[str, Any]:
@@ -77,6 +77,11 @@ class Certificate:
                      f"{self.sampled_coverage:.1%} (sampled estimate); closed in the domain: {self.closed_in_domain}")
         if self.reason:
             lines.append(f"  {self.reason}")
+        if len(self.margins_tried) > 1:
+            tries = "; ".join(f"{t['margin']:g}: " + ("certified" if t["certified"] else
+                              ", ".join(f"{n} {k}" for k, n in t["counterexamples"].items()) or t["ended"])
+                              for t in self.margins_tried)
+            lines.append(f"  margins tried: {tries}")
         lines.append(f"  wall time {self.wall_time_s:.1f} s")
         return "\n".join(lines)
 
