@@ -97,13 +97,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         go = np.flatnonzero(open_ & ~too_small)
         worst = np.min(np.stack([bounds.scores[k] for k in NAMES]), axis=0)
         if len(go):
-            d = dim[go]
-            mid = 0.5 * (blo[go, d] + bhi[go, d])
-            left_hi, right_lo = bhi[go].copy(), blo[go].copy()
-            left_hi[np.arange(len(go)), d] = mid
-            right_lo[np.arange(len(go)), d] = mid
-            lo = np.concatenate([lo, blo[go], right_lo])
-            hi = np.concatenate([hi, left_hi, bhi[go]])
+            halves = halve(blo[go], bhi[go], dim[go])
+            lo = np.concatenate([lo, halves[0]])
+            hi = np.concatenate([hi, halves[1]])
             score = np.concatenate([score, worst[go], worst[go]])
         done_volume += float(vol[leaf | stuck].sum())
         if progress is not None:
@@ -111,6 +107,16 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
             progress.set_postfix(boxes=res.evaluated, open=len(lo), refresh=False)
             progress.refresh()
     return res
+
+
+def halve(lo: np.ndarray, hi: np.ndarray, dim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both halves of every box (lo, hi) cut at the middle of edge ``dim``: (2B, n) lo and hi."""
+    rows = np.arange(len(dim))
+    mid = 0.5 * (lo[rows, dim] + hi[rows, dim])
+    left_hi, right_lo = hi.copy(), lo.copy()
+    left_hi[rows, dim] = mid
+    right_lo[rows, dim] = mid
+    return np.concatenate([lo, right_lo]), np.concatenate([left_hi, hi])
 
 
 def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, span: np.ndarray) -> np.ndarray:

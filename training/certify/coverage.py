@@ -12,6 +12,7 @@ import numpy as np
 
 from compiler.interval import Interval
 
+from .branch import halve
 from .problem import Problem
 from .terms import lie_terms, plant_terms
 
@@ -55,10 +56,5 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
         total += float(np.prod(np.where(split, rel, 1.0), axis=1)[inside].sum())
         keep = meets & ~inside
         lo, hi = lo[keep], hi[keep]
-        d = np.argmax(np.where(split, (hi - lo) / span, -1.0), axis=1)
-        mid = 0.5 * (lo[np.arange(len(d)), d] + hi[np.arange(len(d)), d])
-        left_hi, right_lo = hi.copy(), lo.copy()
-        left_hi[np.arange(len(d)), d] = mid
-        right_lo[np.arange(len(d)), d] = mid
-        lo, hi = np.concatenate([lo, right_lo]), np.concatenate([left_hi, hi])
+        lo, hi = halve(lo, hi, np.argmax(np.where(split, (hi - lo) / span, -1.0), axis=1))
     return total
