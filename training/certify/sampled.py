@@ -93,42 +93,14 @@ def _vertices(p: np.ndarray, need: np.ndarray, lo: np.ndarray, hi: np.ndarray):
 @dataclass
 class Tube:
     R: Interval            # (B, n)
-    ok: np.ndarray         # (B,) bool
+    ok: np.ndarray         # (B,) bool: False where the enclosure did not close (split the box)
 
 
 def tube(plant, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> Tube:
-    """One-period reachable tube: ``training.reach.one_period_tube`` (cert-plant) when present,
-    else a Picard enclosure R = box + [0, T] (f(R) + G(R) U), iterated from an inflated box
-    until it maps into itself (then every trajectory stays in R for the period)."""
+    """One-period reachable tube (``training.reach.one_period_tube``: every x(t), t in [0, T],
+    from the box under any input in U); the box itself when T = 0."""
     if T == 0.0:
         return Tube(box, np.ones(box.shape[0], dtype=bool))
-    u = Interval(np.asarray(u_lo, float), np.asarray(u_hi, float))
-    try:
-        from training.reach import one_period_tube
-    except ImportError:
-        return _picard_tube(plant, box, u, T)
-    t = one_period_tube(plant, box, u, T)
+    from training.reach import one_period_tube
+    t = one_period_tube(plant, box, Interval(np.asarray(u_lo, float), np.asarray(u_hi, float)), T)
     return Tube(t.R, np.asarray(t.ok, dtype=bool))
-
-
-def _picard_tube(plant, box: Interval, u: Interval, T: float, iters: int = 6) -> Tube:
-    span = Interval(np.zeros(()), np.full((), T))
-    step = _velocity(plant, box, u) * span
-    R = box + step
-    R = Interval(R.lo - 0.1 * R.width - 1e-9, R.hi + 0.1 * R.width + 1e-9)
-    ok = np.zeros(box.shape[0], dtype=bool)
-    for _ in range(iters):
-        new = box + _velocity(plant, R, u) * span
-        inside = np.all(new.subset(R), axis=-1)
-        ok |= inside
-        grow = Interval(np.minimum(R.lo, new.lo - 0.1 * new.width), np.maximum(R.hi, new.hi + 0.1 * new.width))
-        R = Interval(np.where(ok[:, None], R.lo, grow.lo), np.where(ok[:, None], R.hi, grow.hi))
-        if ok.all():
-            break
-    return Tube(R, ok)
-
-
-def _velocity(plant, box: Interval, u: Interval) -> Interval:
-    from .terms import plant_terms
-    t = plant_terms(plant, box, 1)
-    return t.f + (t.G * u).sum(-1)
