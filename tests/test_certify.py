@@ -25,22 +25,23 @@ VDP_CARD = Path(__file__).resolve().parent.parent / "experiments" / "models" / "
 MU, U_MAX, GAMMA = 1.0, 2.0, 1.0
 BETA, TILT, RADIUS = 3.0, 0.5, 1.4
 MARGIN = 0.3
+SHARP_MARGIN = 0.1
 NOTCH_AT, NOTCH_WIDTH, NOTCH_RISE, NOTCH_HEIGHT = 0.3, 1e-6, 1e-6, 0.05
 
 
-def _diamond_layers(extra_rows=(), extra_bias=(), extra_out=()):
+def _diamond_layers(extra_rows=(), extra_bias=(), extra_out=(), beta=BETA, radius=RADIUS):
     """Linear(2, k) -> Softplus -> Linear(k, 1): the parallelogram plus optional extra units."""
     v = np.array([[1.0, 0.0], [TILT, 1.0]])
-    rows = np.concatenate([v, -v]) * BETA
+    rows = np.concatenate([v, -v]) * beta
     W = np.concatenate([rows, np.reshape(extra_rows, (-1, 2))])
     b = np.concatenate([np.zeros(4), np.asarray(extra_bias, float)])
-    out = np.concatenate([np.full(4, -1.0 / BETA), np.asarray(extra_out, float)])
+    out = np.concatenate([np.full(4, -1.0 / beta), np.asarray(extra_out, float)])
     seq = nn.Sequential(nn.Linear(2, len(W)), nn.Softplus(), nn.Linear(len(W), 1))
     with torch.no_grad():
         seq[0].weight.copy_(torch.tensor(W))
         seq[0].bias.copy_(torch.tensor(b))
         seq[2].weight.copy_(torch.tensor(out[None, :]))
-        seq[2].bias.fill_(RADIUS)
+        seq[2].bias.fill_(radius)
     return seq
 
 
@@ -144,10 +145,12 @@ def test_planted_notch_that_passes_300k_samples_is_refused_with_a_confirmed_coun
         assert phi[0] - MARGIN == pytest.approx(c["value"], rel=1e-6, abs=1e-9)
 
 
-def test_barrier_valid_in_continuous_time_is_refused_at_a_long_hold_with_a_confirmed_run(diamond):
-    seq, onnx, card = diamond
-    assert certify(onnx, card, dt=0.0, margin=MARGIN, time_limit=60).certified
-    cert = certify(onnx, card, dt=0.2, margin=MARGIN, time_limit=60)
+def test_barrier_valid_in_continuous_time_is_refused_at_the_control_period_with_a_confirmed_run(tmp_path):
+    # a sharper parallelogram: its corners turn L_G h around within one 10 ms period
+    seq = _diamond_layers(beta=8.0, radius=1.0)
+    onnx, card = _write(tmp_path, seq, "sharp")
+    assert certify(onnx, card, dt=0.0, margin=SHARP_MARGIN, time_limit=60).certified
+    cert = certify(onnx, card, dt=0.01, margin=SHARP_MARGIN, time_limit=60)
     assert not cert.certified
     found = cert.conditions["sampled_data"].counterexamples
     assert found
@@ -155,8 +158,8 @@ def test_barrier_valid_in_continuous_time_is_refused_at_a_long_hold_with_a_confi
         x, u = np.array(c["x"]), float(c["u"][0])
         h, lf, lg = _torch_terms(seq, x[None, :])
         assert h[0] >= 0 and -U_MAX <= u <= U_MAX
-        assert lf[0] + lg[0] * u + GAMMA * h[0] >= MARGIN      # the filter may return u ...
-        assert _rollout_min_h(seq, x, u, 0.2) < 0             # ... and the held input leaves C
+        assert lf[0] + lg[0] * u + GAMMA * h[0] >= SHARP_MARGIN   # the filter may return u ...
+        assert _rollout_min_h(seq, x, u, 0.01) < 0                # ... and the held input leaves C
 
 
 def test_time_limit_gives_not_certified_with_undecided_boxes_never_a_pass(diamond):

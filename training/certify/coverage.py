@@ -17,7 +17,7 @@ from .problem import Problem
 from .terms import lie_terms, plant_terms
 
 GRID_CELLS = 1 << 16
-REFINE_BOXES = 200_000
+REFINE_BOXES = 50_000
 
 
 def constraint_volume(problem: Problem) -> float:
