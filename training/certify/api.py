@@ -60,7 +60,8 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
         tried.append({"margin": eps, "certified": attempt.certified, "ended": attempt.stopped or "done",
                       "counterexamples": {k: len(v) for k, v in attempt.counterexamples.items() if v},
                       "boxes": attempt.evaluated})
-        result = attempt if best is None else result
+        if best is None and (result is None or not _refuted(result) or _refuted(attempt)):
+            result = attempt        # report the last attempt, or the last one refuted by a counterexample
         if attempt.certified:
             best = result = attempt
             budget = min(max_boxes, GROWTH * attempt.evaluated)   # a smaller margin may cost more, boundedly
@@ -72,6 +73,10 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
             break
     assert result is not None
     return _certificate(problem, result, tried, time.monotonic() - started)
+
+
+def _refuted(r: SearchResult) -> bool:
+    return any(r.counterexamples.values())
 
 
 def _check_relative_degree(problem: Problem) -> None:
@@ -128,8 +133,8 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
             conditions[k].proven = not r.counterexamples[k] and r.failing[k] == 0 and r.stopped in ("", "budget", "time") \
                 and r.undecided == 0
     closed = not r.open_faces and bool(np.all(problem.read_by_network | ~problem.splittable))
-    coverage = 0.0
-    if r.proven:
+    coverage = 0.0           # no certificate, no proven safe set
+    if r.certified:
         inside = r.volume_safe
         if r.straddling and r.certified:      # refine only a certificate's coverage (it is the one quoted)
             inside += refine_inside(problem, np.concatenate([a for a, _ in r.straddling]),
