@@ -75,6 +75,14 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     return _certificate(problem, result, tried, time.monotonic() - started)
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        return version("cbfsim")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _refuted(r: SearchResult) -> bool:
     return any(r.counterexamples.values())
 
@@ -126,7 +134,6 @@ def _claim(problem: Problem, closed: bool, eps: float) -> str:
 
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: float) -> Certificate:
-    import cbfsim
     conditions = {k: ConditionResult(proven=r.certified, counterexamples=r.counterexamples[k]) for k in NAMES}
     if not r.certified:
         for k in NAMES:
@@ -151,6 +158,6 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         boxes={"proven": r.proven, "refuted": r.refuted, "undecided": r.undecided, "evaluated": r.evaluated},
         certified_coverage=coverage, sampled_coverage=_sampled_coverage(problem), closed_in_domain=closed,
         undecided=r.undecided_boxes, rounding=f"{r.rounding} (largest bound met: h {r.rounding_max['h']:.3g}, grad h {r.rounding_max['grad']:.3g})", wall_time_s=round(wall, 3),
-        versions={"cbfsim": getattr(cbfsim, "__version__", "unknown"), "numpy": np.__version__,
+        versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
         model_hash=problem.model_hash, margins_tried=tried, reason=reason)
