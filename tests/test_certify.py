@@ -1,0 +1,206 @@
+"""The certifier proves a valid barrier, and refuses planted failures with confirmed counterexamples.
+
+The barriers are tiny exact softplus networks for Van der Pol (|u| <= 2): a smooth
+parallelogram h = r - sum_k softabs(v_k . x), softabs(z) = (softplus(b z) + softplus(-b z)) / b,
+whose CBF condition holds with room (min over C of sup_u hdot + h is about 0.39).  Every
+verdict is checked against references the certifier does not use: torch float64 autograd of
+the exported network, scipy's adaptive ODE solver, and seeded uniform samples.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from torch import nn  # noqa: E402
+
+from training.certify import certify  # noqa: E402
+
+VDP_CARD = Path(__file__).resolve().parent.parent / "experiments" / "models" / "vdp.json"
+MU, U_MAX, GAMMA = 1.0, 2.0, 1.0
+BETA, TILT, RADIUS = 3.0, 0.5, 1.4
+MARGIN = 0.3
+SHARP_MARGIN = 0.1
+NOTCH_AT, NOTCH_WIDTH, NOTCH_RISE, NOTCH_HEIGHT = 0.3, 1e-6, 1e-6, 0.05
+
+
+def _diamond_layers(extra_rows=(), extra_bias=(), extra_out=(), beta=BETA, radius=RADIUS):
+    """Linear(2, k) -> Softplus -> Linear(k, 1): the parallelogram plus optional extra units."""
+    v = np.array([[1.0, 0.0], [TILT, 1.0]])
+    rows = np.concatenate([v, -v]) * beta
+    W = np.concatenate([rows, np.reshape(extra_rows, (-1, 2))])
+    b = np.concatenate([np.zeros(4), np.asarray(extra_bias, float)])
+    out = np.concatenate([np.full(4, -1.0 / beta), np.asarray(extra_out, float)])
+    seq = nn.Sequential(nn.Linear(2, len(W)), nn.Softplus(), nn.Linear(len(W), 1))
+    with torch.no_grad():
+        seq[0].weight.copy_(torch.tensor(W))
+        seq[0].bias.copy_(torch.tensor(b))
+        seq[2].weight.copy_(torch.tensor(out[None, :]))
+        seq[2].bias.fill_(radius)
+    return seq
+
+
+def _notched():
+    """The parallelogram plus a notch: h rises by NOTCH_HEIGHT across a band of width
+    NOTCH_WIDTH at x1 = NOTCH_AT, over ramps of NOTCH_RISE (all weights exact in float32).
+    On the ramps dh/dx1 ~ 5e4, so L_f h = x2 dh/dx1 breaks the CBF condition there."""
+    s = 1.0 / NOTCH_RISE
+    a, b = NOTCH_AT, NOTCH_AT + NOTCH_WIDTH
+    rows = [[s, 0.0]] * 4
+    bias = [-s * a, -s * (a + NOTCH_RISE), -s * b, -s * (b + NOTCH_RISE)]
+    out = np.array([1.0, -1.0, -1.0, 1.0]) * NOTCH_HEIGHT / (s * NOTCH_RISE)
+    return _diamond_layers(rows, bias, out)
+
+
+def _write(tmp_path: Path, seq, name: str, **card_changes) -> tuple[Path, Path]:
+    from training.network import export_onnx
+    onnx = export_onnx(seq, tmp_path / f"{name}.onnx", 2)
+    card = json.loads(VDP_CARD.read_text())
+    width = seq[0].out_features
+    card["network"].update(activation="softplus", onnx=onnx.name, widths=[2, width, 1], trained_widths=[2, width, 1])
+    card["class_k"] = {"kind": "linear", "gamma": GAMMA}
+    card["verification"] = None
+    card.update(card_changes)
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(card))
+    return onnx, path
+
+
+def _torch_terms(seq, x: np.ndarray):
+    """h, L_f h, L_G h of the float64 network by torch autograd (the independent reference)."""
+    net = seq.double()
+    xt = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = net(xt)[:, 0]
+    (grad,) = torch.autograd.grad(h.sum(), xt)
+    g = grad.numpy()
+    x1, x2 = x[:, 0], x[:, 1]
+    f = np.stack([x2, MU * (1 - x1 ** 2) * x2 - x1], axis=1)
+    return h.detach().numpy(), (g * f).sum(1), g[:, 1]
+
+
+def _phi(seq, x):
+    h, lf, lg = _torch_terms(seq, x)
+    return h, lf + U_MAX * np.abs(lg) + GAMMA * h
+
+
+def _rollout_min_h(seq, x0, u, T):
+    """min of h along one held period, scipy's RK45 at tight tolerance (not the certifier's RK4)."""
+    from scipy.integrate import solve_ivp
+
+    def rhs(_, z):
+        return [z[1], MU * (1 - z[0] ** 2) * z[1] - z[0] + u]
+    sol = solve_ivp(rhs, (0.0, T), x0, rtol=1e-10, atol=1e-12, dense_output=True)
+    ts = np.linspace(0.0, T, 401)
+    return float(_torch_terms(seq, sol.sol(ts).T)[0].min())
+
+
+@pytest.fixture(scope="module")
+def diamond(tmp_path_factory):
+    seq = _diamond_layers()
+    return (seq, *_write(tmp_path_factory.mktemp("diamond"), seq, "diamond"))
+
+
+def test_hand_made_smooth_barrier_is_certified_for_the_zero_order_hold_loop(diamond):
+    seq, onnx, card = diamond
+    cert = certify(onnx, card, dt=0.01, margin=MARGIN, time_limit=60)
+    assert cert.certified and cert.boxes["undecided"] == 0 and cert.boxes["refuted"] == 0
+    assert all(c.proven for c in cert.conditions.values())
+    # what it claims, checked by sampling: every state of C can keep hdot + h >= margin ...
+    rng = np.random.default_rng(1)
+    x = rng.uniform(-3, 3, size=(50_000, 2))
+    h, phi = _phi(seq, x)
+    inside = h >= 0
+    assert phi[inside].min() >= MARGIN
+    assert np.all(x[inside, 0] ** 2 + x[inside, 1] ** 2 < 1.5 ** 2)
+    # ... and the sound coverage does not exceed the sampled share of the disk inside C
+    disk = x[:, 0] ** 2 + x[:, 1] ** 2 <= 1.5 ** 2
+    share = inside[disk].mean()
+    assert 0.5 * share < cert.certified_coverage <= share + 4 * np.sqrt(share * (1 - share) / disk.sum())
+
+
+def test_planted_notch_that_passes_300k_samples_is_refused_with_a_confirmed_counterexample(tmp_path):
+    seq = _notched()
+    onnx, card = _write(tmp_path, seq, "notched", domain_lo=[-1.5, -1.5], domain_hi=[1.5, 1.5])
+    # the premise: 300,000 sampled states see nothing wrong (the notch's ramps are 1e-6 wide)
+    rng = np.random.default_rng(12345)
+    x = rng.uniform(-1.5, 1.5, size=(300_000, 2))
+    h, phi = _phi(seq, x)
+    assert np.all(phi[h >= 0] >= MARGIN) and np.all(x[h >= 0, 0] ** 2 + x[h >= 0, 1] ** 2 < 1.5 ** 2)
+
+    cert = certify(onnx, card, dt=0.0, margin=MARGIN, time_limit=120)
+    assert not cert.certified
+    found = [c for res in cert.conditions.values() for c in res.counterexamples]
+    assert found and cert.boxes["refuted"] >= 1
+    band = (NOTCH_AT - 1e-5, NOTCH_AT + NOTCH_WIDTH + NOTCH_RISE + 1e-5)
+    for c in found:
+        assert band[0] <= c["x"][0] <= band[1]
+    for c in cert.conditions["feasibility"].counterexamples:
+        h, phi = _phi(seq, np.array([c["x"]]))
+        assert h[0] >= 0 and phi[0] < MARGIN
+        assert phi[0] - MARGIN == pytest.approx(c["value"], rel=1e-6, abs=1e-9)
+
+
+def test_barrier_valid_in_continuous_time_is_refused_at_the_control_period_with_a_confirmed_run(tmp_path):
+    # a sharper parallelogram: its corners turn L_G h around within one 10 ms period
+    seq = _diamond_layers(beta=8.0, radius=1.0)
+    onnx, card = _write(tmp_path, seq, "sharp")
+    assert certify(onnx, card, dt=0.0, margin=SHARP_MARGIN, time_limit=60).certified
+    cert = certify(onnx, card, dt=0.01, margin=SHARP_MARGIN, time_limit=60)
+    assert not cert.certified
+    found = cert.conditions["sampled_data"].counterexamples
+    assert found
+    for c in found:
+        x, u = np.array(c["x"]), float(c["u"][0])
+        h, lf, lg = _torch_terms(seq, x[None, :])
+        assert h[0] >= 0 and -U_MAX <= u <= U_MAX
+        assert lf[0] + lg[0] * u + GAMMA * h[0] >= SHARP_MARGIN   # the filter may return u ...
+        assert _rollout_min_h(seq, x, u, 0.01) < 0                # ... and the held input leaves C
+
+
+def test_time_limit_gives_not_certified_with_undecided_boxes_never_a_pass(diamond):
+    seq, onnx, card = diamond
+    cert = certify(onnx, card, dt=0.01, margin=MARGIN, time_limit=0.0)
+    assert not cert.certified and cert.boxes["undecided"] >= 1 and cert.undecided
+    assert not any(c.proven for c in cert.conditions.values())
+
+
+def test_activation_without_enclosure_is_refused_in_one_line(diamond, monkeypatch):
+    from compiler import bounds_activations
+    seq, onnx, card = diamond
+    monkeypatch.delitem(bounds_activations.ENCLOSURES, "softplus")
+    with pytest.raises(ValueError) as err:
+        certify(onnx, card, dt=0.01, margin=MARGIN)
+    assert "softplus" in str(err.value) and "\n" not in str(err.value)
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", *args], capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_command_line_exit_codes_certificate_and_one_line_errors(diamond, tmp_path):
+    seq, onnx, card = diamond
+    out = tmp_path / "cert.json"
+    ok = _cli(str(onnx), str(card), "--dt", "0.01", "--margin", str(MARGIN), "-o", str(out))
+    assert ok.returncode == 0, ok.stderr
+    data = json.loads(out.read_text())
+    assert data["certified"] is True and data["margin"] == MARGIN and data["dt"] == 0.01
+    assert set(data["conditions"]) == {"containment", "feasibility", "sampled_data"}
+    limited = _cli(str(onnx), str(card), "--dt", "0.01", "--time-limit", "0")
+    assert limited.returncode == 3 and "NOT CERTIFIED" in limited.stdout
+    # the wrong card: a bicycle card for a Van der Pol network
+    bicycle = VDP_CARD.parent / "bicycle.json"
+    wrong = _cli(str(onnx), str(bicycle))
+    assert wrong.returncode == 1 and wrong.stderr.count("\n") == 1 and "inputs" in wrong.stderr
+    # order 2 of a ReLU network
+    relu_card = tmp_path / "relu2.json"
+    pend = json.loads((VDP_CARD.parent / "pendulum.json").read_text())
+    relu_card.write_text(json.dumps(pend))
+    refused = _cli(str(VDP_CARD.parent / "vdp.onnx"), str(relu_card))
+    assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "relu" in refused.stderr
+    assert _cli(str(onnx)).returncode == 2

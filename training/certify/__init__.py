@@ -1,0 +1,14 @@
+"""A sound certifier for neural CBFs and HOCBFs, for the sampled-data loop the filter runs in.
+
+    from training.certify import certify
+    cert = certify("vdp.onnx", "vdp.json", dt=0.01)      # -> Certificate
+
+Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``sampled`` (the
+zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes), ``branch``
+(branch and bound), ``counterexamples`` (float64 rechecks), ``certificate`` (the result).
+"""
+from .api import MARGINS, certify
+from .certificate import Certificate, ConditionResult
+from .problem import CertifyError
+
+__all__ = ["MARGINS", "Certificate", "CertifyError", "ConditionResult", "certify"]

@@ -1,0 +1,199 @@
+"""Branch and bound over the domain: split boxes until each is proven or refuted.
+
+Best-first: every round takes the ``batch`` boxes with the worst bound, evaluates all three
+conditions on them at once (numpy over boxes), and
+* keeps a box whose every bound is >= 0 (proven),
+* rechecks a failing box's candidates in float64 (``counterexamples.py``): a confirmed
+  violation marks the box refuted and ends the search after this round (the verdict is
+  fixed: not certified),
+* splits the others in two along the edge with the largest variation of h (width times the
+  gradient bound, ``split_dimension``), among the dimensions anything depends on (never e.g.
+  the bicycle's p_x, which neither the network nor the plant reads),
+* or leaves them undecided once the edge is below ``min_width`` (relative), the box budget
+  is spent or the deadline has passed.  Undecided is never proven.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from compiler.interval import Interval
+
+from . import counterexamples as ce
+from .conditions import NAMES, evaluate
+from .problem import Problem
+
+SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
+MAX_ROLLOUT_BOXES = 128
+MAX_LISTED = 20
+
+
+@dataclass
+class SearchResult:
+    eps: float
+    proven: int = 0
+    refuted: int = 0
+    undecided: int = 0
+    evaluated: int = 0
+    counterexamples: dict[str, list[dict[str, Any]]] = field(default_factory=lambda: {k: [] for k in NAMES})
+    failing: dict[str, int] = field(default_factory=lambda: {k: 0 for k in NAMES})   # undecided boxes per condition
+    undecided_boxes: list[dict[str, Any]] = field(default_factory=list)
+    volume_safe: float = 0.0        # proven boxes wholly inside the certified set (relative volume)
+    straddling: list = field(default_factory=list)   # proven boxes meeting the set's boundary: (lo, hi)
+    open_faces: bool = False        # a box that may meet the set touches a face of the domain
+    stopped: str = ""               # why the search ended early ("", "counterexample", "time", "budget")
+    rounding: str = ""              # the float32 rounding bound's statement
+    rounding_max: dict[str, float] = field(default_factory=lambda: {"h": 0.0, "grad": 0.0})
+
+    @property
+    def certified(self) -> bool:
+        return self.refuted == 0 and self.undecided == 0 and self.proven > 0
+
+
+def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000_000,
+           min_width: float = 2.0 ** -30, batch: int = 2048, progress: Any = None) -> SearchResult:
+    """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes."""
+    span = problem.hi - problem.lo
+    split = problem.splittable
+    res = SearchResult(eps)
+    lo, hi = problem.lo[None, :].copy(), problem.hi[None, :].copy()
+    score = np.zeros(1)
+    done_volume = 0.0
+    while len(lo):
+        if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
+            res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
+            _leave_undecided(res, lo, hi, res.stopped)
+            break
+        take = np.argsort(score)[:batch] if len(lo) > batch else np.arange(len(lo))
+        rest = np.ones(len(lo), dtype=bool)
+        rest[take] = False
+        blo, bhi = lo[take], hi[take]
+        lo, hi, score = lo[rest], hi[rest], score[rest]
+        bounds = evaluate(problem, Interval(blo, bhi), eps)
+        res.evaluated += len(blo)
+        _note_rounding(res, bounds.rounding)
+        rel = (bhi - blo) / span
+        vol = np.prod(np.where(split, rel, 1.0), axis=1)
+        proven = bounds.proven
+        refuted = _refute(problem, res, blo, bhi, bounds, ~proven, rel, eps)
+        res.proven += int(proven.sum())
+        res.refuted += int(refuted.sum())
+        res.volume_safe += float(vol[proven & bounds.inside_set].sum())
+        leaf = proven | refuted
+        edge = proven & bounds.meets_set & ~bounds.inside_set
+        if edge.any():
+            res.straddling.append((blo[edge], bhi[edge]))
+        touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
+        res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
+        open_ = ~leaf
+        dim = split_dimension(bhi - blo, bounds.grad_mag, split, span)
+        too_small = rel[np.arange(len(dim)), dim] < min_width
+        stuck = open_ & too_small
+        if stuck.any():
+            _leave_undecided(res, blo[stuck], bhi[stuck], "minimum width", bounds, np.flatnonzero(stuck))
+        go = np.flatnonzero(open_ & ~too_small)
+        worst = np.min(np.stack([bounds.scores[k] for k in NAMES]), axis=0)
+        if len(go):
+            halves = halve(blo[go], bhi[go], dim[go])
+            lo = np.concatenate([lo, halves[0]])
+            hi = np.concatenate([hi, halves[1]])
+            score = np.concatenate([score, worst[go], worst[go]])
+        done_volume += float(vol[leaf | stuck].sum())
+        if progress is not None:
+            progress.n = round(min(done_volume, 1.0), 4)
+            progress.set_postfix(boxes=res.evaluated, open=len(lo), refresh=False)
+            progress.refresh()
+    return res
+
+
+def halve(lo: np.ndarray, hi: np.ndarray, dim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Both halves of every box (lo, hi) cut at the middle of edge ``dim``: (2B, n) lo and hi."""
+    rows = np.arange(len(dim))
+    mid = 0.5 * (lo[rows, dim] + hi[rows, dim])
+    left_hi, right_lo = hi.copy(), lo.copy()
+    left_hi[rows, dim] = mid
+    right_lo[rows, dim] = mid
+    return np.concatenate([lo, right_lo]), np.concatenate([left_hi, hi])
+
+
+def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, span: np.ndarray) -> np.ndarray:
+    """The edge to halve: the largest w_i |dh/dx_i| + (w_i / span_i) m among the splittable
+    dimensions -- the variation of h along the edge, plus a share m (the smallest nonzero
+    variation of h across the domain) for the plant's dependence, so that a dimension the
+    network ignores but f reads (the bicycle's v) is still split."""
+    g = np.where(np.isfinite(grad_mag), grad_mag, 1e300)
+    across = np.where(split & (g > 0), g * span, np.inf)
+    m = np.min(across, axis=1, keepdims=True)
+    m = np.where(np.isfinite(m), m, 1.0)
+    score = width * g + width / span * m
+    return np.argmax(np.where(split, score, -1.0), axis=1)
+
+
+def _note_rounding(res: SearchResult, rounding: Any) -> None:
+    """Keep the statement and the largest float32 error bound met (h and grad h)."""
+    if rounding is None:
+        return
+    res.rounding = rounding.statement
+    for key in ("h", "grad"):
+        value = getattr(rounding, key)
+        if value is not None and np.size(value):
+            res.rounding_max[key] = max(res.rounding_max[key], float(np.max(value)))
+
+
+def _leave_undecided(res: SearchResult, lo: np.ndarray, hi: np.ndarray, why: str, bounds=None, idx=None) -> None:
+    res.undecided += len(lo)
+    for i in range(len(lo)):
+        if bounds is not None:
+            failing = [k for k in NAMES if bounds.scores[k][idx[i]] < 0]
+            for k in failing:
+                res.failing[k] += 1
+        else:
+            failing = []
+        if len(res.undecided_boxes) < MAX_LISTED:
+            res.undecided_boxes.append({"lo": lo[i].tolist(), "hi": hi[i].tolist(), "why": why,
+                                        "failing": failing})
+
+
+def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarray, bounds, open_: np.ndarray,
+            rel: np.ndarray, eps: float) -> np.ndarray:
+    """Recheck candidates of the failing boxes in float64; mark boxes with a confirmed violation."""
+    refuted = np.zeros(len(blo), dtype=bool)
+    point_fail = open_ & ((bounds.scores["containment"] < 0) | (bounds.scores["feasibility"] < 0))
+    idx = np.flatnonzero(point_fail)
+    if len(idx):
+        pts, owner = ce.candidates(blo[idx], bhi[idx])
+        bad = ce.check_points(problem, pts, eps)
+        for name, value in bad.items():
+            for k in np.flatnonzero(~np.isnan(value)):
+                box = idx[owner[k]]
+                if not refuted[box]:
+                    refuted[box] = True
+                    _record(res, name, pts[k], value[k], problem)
+    small = open_ & ~refuted & (bounds.scores["sampled_data"] < 0) & (np.max(np.where(problem.splittable, rel, 0), 1)
+                                                                      < SAMPLED_CHECK_WIDTH)
+    idx = np.flatnonzero(small)[:MAX_ROLLOUT_BOXES]
+    if len(idx) and problem.dt > 0:
+        pts, owner = ce.candidates(blo[idx], bhi[idx], corners=False)
+        for x, u, low in ce.sampled_candidates(problem, pts, bounds.worst_u[idx][owner], eps):
+            box = idx[np.flatnonzero(np.all((blo[idx] <= x) & (x <= bhi[idx]), axis=1))[0]]
+            if not refuted[box]:
+                refuted[box] = True
+                _record(res, "sampled_data", x, low, problem, u=u)
+    if refuted.any():
+        res.stopped = "counterexample"
+    return refuted
+
+
+def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: Problem, u=None) -> None:
+    if len(res.counterexamples[name]) >= MAX_LISTED:
+        return
+    quantity = {"containment": "constraint (with x in the certified set)",
+                "feasibility": "sup_u (a.u + b) - margin",
+                "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")")}[name]
+    entry = {"x": [float(v) for v in x], "quantity": quantity, "value": float(value)}
+    if u is not None:
+        entry["u"] = [float(v) for v in u]
+    res.counterexamples[name].append(entry)

@@ -1,0 +1,100 @@
+"""The certifier's result: what was proven, where it failed, and under which assumptions.
+
+A ``Certificate`` is plain data (``to_dict`` / ``to_json``) so it can be written beside a
+model, read back by the experiment runner (which must run its filter with ``margin``) and
+quoted in a summary.  ``certified`` is True only when every condition is proven on every
+box: a time limit, a box budget or a minimum box width that runs out leaves boxes
+*undecided*, and an undecided box is never a pass.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+CONDITIONS = ("containment", "feasibility", "sampled_data")
+
+
+@dataclass
+class ConditionResult:
+    """One condition: proven on every box, and the confirmed counterexamples (each a dict
+    with ``x``, the violated ``quantity`` and its ``value``; sampled data adds ``u``)."""
+    proven: bool = False
+    counterexamples: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass
+class Certificate:
+    certified: bool
+    claim: str
+    system: str
+    order: int
+    dt: float
+    margin: float
+    conditions: dict[str, ConditionResult]
+    boxes: dict[str, int]                     # proven, refuted, undecided, evaluated
+    certified_coverage: float                 # sound lower bound: proven boxes with h >= 0 / vol(S & D)
+    sampled_coverage: float                   # estimate: P(x in the certified set | x in S & D)
+    closed_in_domain: bool                    # h < 0 proven on the domain's relevant faces
+    undecided: list[dict[str, Any]]           # a few undecided boxes (lo, hi, why)
+    rounding: str                             # the float32 rounding bound used
+    wall_time_s: float
+    versions: dict[str, str]
+    model_hash: str
+    margins_tried: list[dict[str, Any]] = field(default_factory=list)   # every margin tried and its outcome
+    reason: str = ""                          # one line: what blocks certification
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable(asdict(self))
+
+    def to_json(self, path: str | os.PathLike | None = None) -> str:
+        """JSON text; written whole to ``path`` if given (a temporary file, then renamed)."""
+        text = json.dumps(self.to_dict(), indent=2, sort_keys=True, allow_nan=False) + "\n"
+        if path is not None:
+            path = Path(path)
+            tmp = path.with_name(f".{path.name}.tmp")
+            tmp.write_text(text)
+            os.replace(tmp, path)
+        return text
+
+    def summary(self) -> str:
+        """A few lines for a terminal."""
+        state = "CERTIFIED" if self.certified else "NOT CERTIFIED"
+        lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, filter margin {self.margin:g}"]
+        for name, res in self.conditions.items():
+            ce = f", {len(res.counterexamples)} counterexample(s)" if res.counterexamples else ""
+            lines.append(f"  {name:<12} {'proven' if res.proven else 'not proven'}{ce}")
+            for c in res.counterexamples[:3]:
+                extra = f" u={_fmt(c['u'])}" if "u" in c else ""
+                lines.append(f"    x={_fmt(c['x'])}{extra}: {c['quantity']} = {c['value']:.4g}")
+        b = self.boxes
+        lines.append(f"  boxes: {b['proven']} proven, {b['refuted']} refuted, {b['undecided']} undecided "
+                     f"({b['evaluated']} evaluated)")
+        lines.append(f"  certified coverage {self.certified_coverage:.1%} (sound), "
+                     f"{self.sampled_coverage:.1%} (sampled estimate); closed in the domain: {self.closed_in_domain}")
+        if self.reason:
+            lines.append(f"  {self.reason}")
+        if len(self.margins_tried) > 1:
+            tries = "; ".join(f"{t['margin']:g}: " + ("certified" if t["certified"] else
+                              ", ".join(f"{n} {k}" for k, n in t["counterexamples"].items()) or t["ended"])
+                              for t in self.margins_tried)
+            lines.append(f"  margins tried: {tries}")
+        lines.append(f"  wall time {self.wall_time_s:.1f} s")
+        return "\n".join(lines)
+
+
+def _fmt(v: list[float]) -> str:
+    return "[" + ", ".join(f"{x:.5g}" for x in v) + "]"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v

@@ -1,0 +1,124 @@
+"""The conditions, evaluated on a batch of boxes at once (one margin eps).
+
+Per box B (C = {h >= 0}, order 2: C2 = {h >= 0, psi1 >= 0}; enclosures over B in float32
+mode, so they hold both the exact network and the float32 header's numbers):
+
+* containment: where B may hold states outside S (constraint_lo < 0), h_hi < 0 (order 2:
+  h_hi < 0 or psi1_hi < 0) proves that none of them is in C;
+* feasibility: where B may meet C, the constraint row (a, b) of the filter has
+  b + sup_{u in U} a . u >= eps, so the filter (which sees the float32 numbers) is feasible
+  without slack;
+* sampled data (``sampled.py``): over the one-period tube R of B, every input the filter may
+  return keeps d/dt h >= -gamma h (order 2: d/dt psi1 >= -alpha2 psi1).
+
+Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
+does not need it) so the branch and bound can work on the worst box first.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.interval import Interval
+
+from .problem import Problem
+from .sampled import min_over_admissible, tube
+from .terms import Terms, lie_terms, plant_terms, row_rate, sup_over_inputs
+
+NAMES = ("containment", "feasibility", "sampled_data")
+
+
+@dataclass
+class BoxBounds:
+    scores: dict[str, np.ndarray]     # condition -> (B,) lower bound, >= 0 proven, +inf not needed
+    meets_set: np.ndarray             # (B,) the box may meet the certified set
+    inside_set: np.ndarray            # (B,) the whole box lies in the certified set (h_lo >= 0 ...)
+    meets_S: np.ndarray               # (B,) the box may meet the constraint set S
+    worst_u: np.ndarray               # (B, m) the input minimising the sampled-data bound
+    grad_mag: np.ndarray              # (B, n) |grad h| bound, for the split choice
+    rounding: object = None
+
+    @property
+    def proven(self) -> np.ndarray:
+        return np.all([s >= 0 for s in self.scores.values()], axis=0)
+
+
+def constraint_row(t: Terms, problem: Problem) -> tuple[Interval, Interval]:
+    """(a, b) of the filter's constraint a . u + b >= eps, as enclosures."""
+    g = problem.gains
+    if problem.order == 1:
+        return t.LG, t.Lf + g["gamma"] * t.h
+    return t.LGLf, t.L2 + g["alpha1"] * t.Lf + g["alpha2"] * t.psi1
+
+
+def _set_bounds(t: Terms, order: int) -> tuple[np.ndarray, np.ndarray]:
+    """(may meet the certified set, lies wholly in it)."""
+    if order == 1:
+        return t.h.hi >= 0, t.h.lo >= 0
+    return (t.h.hi >= 0) & (t.psi1.hi >= 0), (t.h.lo >= 0) & (t.psi1.lo >= 0)
+
+
+def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
+    """Lower bounds of the three conditions on every box of ``box`` (B, n)."""
+    order = problem.order
+    plant = plant_terms(problem.plant, box, order)
+    t32 = lie_terms(problem.model, plant, box, order, problem.gains, float32=True)
+    meets, inside = _set_bounds(t32, order)
+    c = plant.constraint
+    inf = np.full(len(c.lo), np.inf)
+
+    top = t32.h.hi if order == 1 else np.minimum(t32.h.hi, t32.psi1.hi)   # < 0: box outside C
+    cont = np.where(top < 0, -top, np.minimum(-top, -np.finfo(float).tiny))
+    cont = np.where(c.lo >= 0, inf, cont)
+
+    a32, b32 = constraint_row(t32, problem)
+    phi = b32 + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
+    feas = np.where(meets, phi.lo - eps, inf)
+
+    samp, worst_u = _sampled(problem, box, t32, a32, b32, meets, eps)
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp},
+                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
+                     t32.rounding)
+
+
+def _sampled(problem: Problem, box: Interval, t32: Terms, a32: Interval, b32: Interval,
+             meets: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bound of min over admissible u and the tube of a . u + b (+inf where not needed)."""
+    batch = box.shape[0]
+    score = np.full(batch, np.inf)
+    worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (batch, 1))
+    idx = np.flatnonzero(meets)
+    if len(idx) == 0:
+        return score, worst_u
+    sub = box[idx]
+    reach = tube(problem.plant, sub, problem.u_lo, problem.u_hi, problem.dt)
+    R = Interval(np.where(reach.ok[:, None], reach.R.lo, sub.lo), np.where(reach.ok[:, None], reach.R.hi, sub.hi))
+    if problem.order == 1 and problem.smooth:
+        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], eps)
+    else:
+        value, u, stays = _sampled_tube(problem, R, a32[idx], b32.hi[idx], eps)
+    score[idx] = np.where(reach.ok, np.where(stays, np.inf, value), -np.inf)
+    worst_u[idx] = u
+    return score, worst_u
+
+
+def _sampled_tube(problem: Problem, R: Interval, a32: Interval, b32_hi: np.ndarray, eps: float):
+    """Lower bound of a(x) . u + b(x) over the tube and the admissible inputs (module sampled)."""
+    t64 = lie_terms(problem.model, plant_terms(problem.plant, R, problem.order), R, problem.order,
+                    problem.gains, float32=False)
+    stays = (t64.h.lo > 0) if problem.order == 1 else (t64.h.lo > 0) & (t64.psi1.lo > 0)
+    a, b = constraint_row(t64, problem)
+    worst = min_over_admissible(a32, b32_hi, eps, a, b.lo, problem.u_lo, problem.u_hi)
+    return worst.value, worst.u, stays
+
+
+def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, eps: float):
+    """Smooth order 1: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u
+    + T min(0, d/dt phi_u over the tube) (mean value theorem in time; Hessian from order-2 jets).
+    The float32 enclosure over the box holds the exact values too, so it bounds phi_u there."""
+    plant = plant_terms(problem.plant, R, 1, with_input_jacobian=True)
+    h, rate = row_rate(problem.model, plant, R, problem.u_lo, problem.u_hi, problem.gains["gamma"])
+    start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
+    drop = np.nextafter(problem.dt * np.minimum(rate.lo, 0.0), -np.inf)
+    return np.nextafter(start.value + drop, -np.inf), start.u, h.lo > 0

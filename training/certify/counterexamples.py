@@ -1,0 +1,103 @@
+"""Counterexamples: candidate states (and inputs) rechecked in float64 outside interval arithmetic.
+
+A box whose bound is negative is not yet a failure: interval bounds overestimate.  Its
+candidates (centre, corners, the minimising input vertex) are rechecked by the float64
+reference interpreter of the network (``compiler.reference``) and the plant's float64 numpy
+functions; only a confirmed violation is reported as a counterexample.  Sampled data: a
+candidate (x_k, u) with u admissible at x_k in float64 (a . u + b >= eps, so the filter
+returns exactly u for the nominal input u) is integrated over one period with fine RK4, and
+the run must leave the certified set.
+"""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from compiler import reference
+
+from .problem import Problem
+from .sampled import _vertices
+
+RK4_STEPS = 40
+INSIDE = 1e-9        # admissible candidates keep this much inside a . u + b >= eps (rounding-proof)
+
+
+def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
+    """h, (psi1), constraint and the filter's constraint row (a, b) at states x (B, n), float64."""
+    s, model, g = problem.system, problem.model, problem.gains
+    f, G = s.f(x), s.G(x)
+    out = {"constraint": np.asarray(s.constraint(x), dtype=float).reshape(len(x))}
+    if problem.order == 1:
+        h, Lf, LG = reference.lie(model, x, f, G)
+        out.update(h=h, a=LG, b=Lf + g["gamma"] * h, level=h)
+    else:
+        h, Lf, _, L2, LGLf = reference.lie2(model, x, f, G, s.df(x, f), s.df(x, G))
+        psi1 = Lf + g["alpha1"] * h
+        out.update(h=h, psi1=psi1, a=LGLf, b=L2 + g["alpha1"] * Lf + g["alpha2"] * psi1,
+                   level=np.minimum(h, psi1))
+    return out
+
+
+def candidates(lo: np.ndarray, hi: np.ndarray, corners: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """(points (K, n), index of their box (K,)): centres, and the corners when asked."""
+    pts = [0.5 * (lo + hi)]
+    if corners and lo.shape[1] <= 4:
+        for c in itertools.product((0, 1), repeat=lo.shape[1]):
+            pts.append(np.where(np.array(c) == 0, lo, hi))
+    owner = np.tile(np.arange(len(lo)), len(pts))
+    return np.concatenate(pts), owner
+
+
+def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.ndarray]:
+    """Per condition, the violated quantity's value at each state (nan where it holds)."""
+    t = point_terms(problem, x)
+    in_set = t["level"] >= 0
+    cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
+    sup = np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
+    phi = t["b"] + sup
+    feas = np.where(in_set & (phi < eps), phi - eps, np.nan)
+    return {"containment": cont, "feasibility": feas}
+
+
+def rollout_minimum(problem: Problem, x0: np.ndarray, u: np.ndarray, steps: int = RK4_STEPS) -> np.ndarray:
+    """The smallest certified-set level (h, order 2: min(h, psi1)) along one held period, RK4."""
+    s = problem.system
+    dt = problem.dt / steps
+    x = np.array(x0, dtype=float)
+    low = point_terms(problem, x)["level"]
+
+    def rhs(z):
+        return s.f(z) + np.einsum("bij,bj->bi", s.G(z), u)
+
+    for _ in range(steps):
+        k1 = rhs(x)
+        k2 = rhs(x + 0.5 * dt * k1)
+        k3 = rhs(x + 0.5 * dt * k2)
+        k4 = rhs(x + dt * k3)
+        x = x + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+        low = np.minimum(low, point_terms(problem, x)["level"])
+    return low
+
+
+def sampled_candidates(problem: Problem, x: np.ndarray, worst_u: np.ndarray, eps: float):
+    """(x_k, u, min level over the period) for admissible inputs: the bound's minimising
+    vertex and the vertices of the admissible set at x_k; only runs that leave the set."""
+    t = point_terms(problem, x)
+    keep = t["level"] >= 0
+    x, worst_u = x[keep], worst_u[keep]
+    a, b = t["a"][keep], t["b"][keep]
+    if len(x) == 0 or problem.dt == 0:
+        return []
+    inputs = [np.clip(worst_u, problem.u_lo, problem.u_hi)]
+    inputs += list(_vertices(a, eps + INSIDE - b, problem.u_lo, problem.u_hi))   # just inside the half-space
+    found = []
+    for u in inputs:
+        admissible = (a * u).sum(-1) + b >= eps + 0.5 * INSIDE
+        if not admissible.any():
+            continue
+        low = rollout_minimum(problem, x[admissible], u[admissible])
+        for xi, ui, li in zip(x[admissible], u[admissible], low):
+            if li < 0:
+                found.append((xi, ui, float(li)))
+    return found

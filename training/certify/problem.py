@@ -1,0 +1,115 @@
+"""What is certified: the network (as the compiler's IR), the plant's interval enclosure,
+the input box, the domain, the class-K gains, the order and the control period.
+
+The network is loaded exactly as the header compiler loads it (``compiler.api.load_model``
++ ``canonicalize``): the float32 weights are exact in float64, so the function certified
+is the function the header computes (its float32 rounding is covered by the float32-mode
+enclosures).  Anything the certifier cannot bound is refused here with one line.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import sympy as sp
+
+from compiler.errors import CbfsimError
+
+
+class CertifyError(CbfsimError, ValueError):
+    """The certifier cannot handle this model or card (one line naming the problem)."""
+
+
+@dataclass
+class Problem:
+    model: Any                 # compiler.ir.Model, canonical
+    system: Any                # systems.ControlAffineSystem
+    plant: Any                 # PlantEnclosure (system.enclosure)
+    order: int
+    gains: dict[str, float]
+    u_lo: np.ndarray
+    u_hi: np.ndarray
+    lo: np.ndarray             # domain D
+    hi: np.ndarray
+    dt: float
+    splittable: np.ndarray     # bool (n,): dimensions anything depends on
+    read_by_network: np.ndarray  # bool (n,)
+    model_hash: str
+    relu_like: bool            # piecewise-linear network (ReLU pieces apply)
+    smooth: bool               # every activation twice differentiable (Hessian enclosures exist)
+
+    @property
+    def n(self) -> int:
+        return len(self.lo)
+
+    @property
+    def m(self) -> int:
+        return len(self.u_lo)
+
+
+PIECEWISE_LINEAR = {"relu", "leaky_relu", "hardtanh", "identity"}
+
+
+def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | None = None) -> Problem:
+    """The problem from an ONNX path (None: the card's file beside the card) and a card
+    (path, dict or ModelCard).  ``dt`` None: the card's ``config.dt_control`` if present, else
+    0 (continuous time)."""
+    from compiler.activations import ACTIVATIONS
+    from compiler.api import load_model
+    from compiler.passes import canonicalize
+    from systems import get_system
+    from training.model_card import load_card
+
+    source = card
+    card = load_card(card)
+    if model_path is None:
+        if not isinstance(source, (str, os.PathLike)):
+            raise CertifyError("no model given and the card was not read from a file: pass the ONNX path")
+        model_path = card.onnx_path(source)
+    path = Path(model_path)
+    if not path.is_file():
+        raise CertifyError(f"model file {path} not found")
+    model = canonicalize(load_model(path))
+    system = get_system(card.system, **card.system_params)
+    if list(system.state_names) != card.state_names or list(system.input_names) != card.input_names:
+        raise CertifyError(f"card state/input names {card.state_names}/{card.input_names} do not match "
+                           f"system {card.system!r}: {list(system.state_names)}/{list(system.input_names)}")
+    if model.input_dim != system.n:
+        raise CertifyError(f"the network reads {model.input_dim} inputs but system {card.system!r} has "
+                           f"{system.n} states")
+    kinds = {a.kind for a in model.hidden_activations()}
+    if card.order == 2 and kinds & (PIECEWISE_LINEAR - {"identity"}):
+        raise CertifyError(f"order 2 needs a twice differentiable network; activation "
+                           f"{sorted(kinds & PIECEWISE_LINEAR)[0]} is not")
+    if dt is None:
+        dt = float(card.config.get("dt_control", 0.0) or 0.0)
+    if not (np.isfinite(dt) and dt >= 0):
+        raise CertifyError(f"--dt must be a finite number >= 0, got {dt}")
+    first = model.dense_layers()[0].weight
+    read = np.any(first != 0.0, axis=0)
+    used = read | _plant_uses(system)
+    return Problem(model=model, system=system, plant=plant_enclosure(system), order=card.order,
+                   gains=card.gains, u_lo=np.asarray(card.u_min, float), u_hi=np.asarray(card.u_max, float),
+                   lo=np.asarray(card.domain_lo, float), hi=np.asarray(card.domain_hi, float), dt=float(dt),
+                   splittable=used, read_by_network=read,
+                   model_hash=hashlib.sha256(path.read_bytes()).hexdigest(),
+                   relu_like=kinds <= PIECEWISE_LINEAR,
+                   smooth=all(ACTIVATIONS[k].smooth for k in kinds))
+
+
+def _plant_uses(system) -> np.ndarray:
+    """Which states f, G or the constraint depend on (a state nothing reads is never split)."""
+    exprs = list(system.f_expr) + list(system.G_expr) + [system.constraint_expr]
+    free = set().union(*(sp.sympify(e).free_symbols for e in exprs))
+    return np.array([s in free for s in system.x_sym])
+
+
+def plant_enclosure(system):
+    """The plant's interval enclosure, printed from its sympy definition (systems/enclosure.py);
+    an expression without an enclosure raises its one-line ``UnsupportedExpressionError``."""
+    from compiler.interval import NAMESPACE
+    return system.enclosure(namespace=NAMESPACE)

@@ -1,0 +1,106 @@
+"""Sampled data: the zero-order-hold loop keeps the set over a whole control period.
+
+For a box B of sampled states x_k and the one-period tube R (every x(t), t in [0, T],
+from x_k in B under any held input in U), the filter returns some u in
+
+    U_adm(B) = {u in U : a~ . u + b~ >= eps for some a~, b~ in the float32 enclosures over B}
+
+(the filter sees the header's float32 numbers at x_k).  If
+
+    min over u in U_adm(B), x in R of a(x) . u + b(x) >= 0          (float64 enclosures over R)
+
+with (a, b) the constraint row (order 1: L_G h, L_f h + gamma h; order 2: L_G L_f h,
+L_f^2 h + alpha1 L_f h + alpha2 psi1), then d/dt h >= -gamma h (order 2: d/dt psi1 >=
+-alpha2 psi1, and d/dt h = psi1 - alpha1 h) along the whole period, and the comparison
+lemma keeps h (and psi1) >= 0.  For a ReLU network the interval gradient over R encloses
+the Clarke gradient, so the bound holds almost everywhere along the trajectory.
+
+The minimum over U_adm(B) is exact and vectorised: in each orthant of u (sign pattern)
+both the admissibility constraint and the objective are linear in u, so the minimum of a
+linear function over box-and-half-space is at a vertex: a box corner that satisfies the
+constraint, or the half-space's crossing of a box edge (m <= 3 here).
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.interval import Interval
+
+ADMISSIBLE_RTOL = 1e-12   # the admissible half-space is relaxed by this (a superset: sound)
+
+
+@dataclass
+class WorstInput:
+    value: np.ndarray      # (B,) lower bound of min a(x).u + b(x); -inf where U_adm is empty
+    u: np.ndarray          # (B, m) the minimising vertex (a counterexample candidate)
+
+
+def min_over_admissible(adm_a: Interval, adm_b_hi: np.ndarray, eps: float, obj_a: Interval,
+                        obj_b_lo: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> WorstInput:
+    """Lower bound of min { a.u + b : a in obj_a, b >= obj_b_lo, u in U,
+    sup_{a~ in adm_a} a~.u + adm_b_hi >= eps } per box (see the module docstring)."""
+    batch, m = adm_a.shape
+    best = np.full(batch, np.inf)
+    best_u = np.tile(0.5 * (u_lo + u_hi), (batch, 1))
+    for signs in itertools.product((1.0, -1.0), repeat=m):
+        s = np.array(signs)
+        lo = np.where(s > 0, np.maximum(u_lo, 0.0), u_lo)
+        hi = np.where(s > 0, u_hi, np.minimum(u_hi, 0.0))
+        if np.any(lo > hi):
+            continue                                   # the orthant misses the input box
+        p = np.where(s > 0, adm_a.hi, adm_a.lo)        # sup of a~_j u_j in this orthant
+        q = np.where(s > 0, obj_a.lo, obj_a.hi)        # inf of a_j u_j in this orthant
+        need = eps - adm_b_hi                          # p . u >= need
+        for u in _vertices(p, need, lo, hi):
+            pu = (p * u).sum(-1)
+            tol = ADMISSIBLE_RTOL * (1.0 + np.abs(p * u).sum(-1) + np.abs(need))
+            ok = pu >= need - tol
+            value = (q * u).sum(-1)
+            value = value - 4 * m * np.finfo(float).eps * np.abs(q * u).sum(-1) - 1e-300
+            better = ok & (value < best)
+            best = np.where(better, value, best)
+            best_u = np.where(better[:, None], u, best_u)
+    with np.errstate(invalid="ignore"):
+        total = np.where(np.isfinite(best), best + obj_b_lo, -np.inf)
+    total = np.where(np.isnan(total), -np.inf, total)
+    return WorstInput(np.nextafter(total, -np.inf), best_u)
+
+
+def _vertices(p: np.ndarray, need: np.ndarray, lo: np.ndarray, hi: np.ndarray):
+    """Candidate vertices (B, m) of {u in [lo, hi] : p . u >= need}: the box corners and the
+    crossings of the plane p . u = need with the box edges (clipped; infeasible ones are
+    filtered by the caller)."""
+    batch, m = p.shape
+    for corner in itertools.product((0, 1), repeat=m):
+        yield np.tile(np.where(np.array(corner) == 0, lo, hi), (batch, 1))
+    for j in range(m):
+        others = [k for k in range(m) if k != j]
+        for corner in itertools.product((0, 1), repeat=m - 1):
+            u = np.tile(np.where(np.array([0] * m) == 0, lo, hi), (batch, 1))
+            for k, c in zip(others, corner):
+                u[:, k] = hi[k] if c else lo[k]
+            rest = (p[:, others] * u[:, others]).sum(-1) if others else 0.0
+            with np.errstate(divide="ignore", invalid="ignore"):
+                uj = (need - rest) / p[:, j]
+            uj = np.where(np.isfinite(uj), uj, lo[j])
+            u[:, j] = np.clip(uj, lo[j], hi[j])
+            yield u
+
+
+@dataclass
+class Tube:
+    R: Interval            # (B, n)
+    ok: np.ndarray         # (B,) bool: False where the enclosure did not close (split the box)
+
+
+def tube(plant, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> Tube:
+    """One-period reachable tube (``training.reach.one_period_tube``: every x(t), t in [0, T],
+    from the box under any input in U); the box itself when T = 0."""
+    if T == 0.0:
+        return Tube(box, np.ones(box.shape[0], dtype=bool))
+    from training.reach import one_period_tube
+    t = one_period_tube(plant, box, Interval(np.asarray(u_lo, float), np.asarray(u_hi, float)), T)
+    return Tube(t.R, np.asarray(t.ok, dtype=bool))
