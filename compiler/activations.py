@@ -274,7 +274,7 @@ ACTIVATIONS: dict[str, ActivationSpec] = {spec.kind: spec for spec in (
                    _read("min_val", "max_val"), onnx_op="Clip", presets={"hardtanh": {}},
                    piecewise_linear=True, not_smooth=_KINK, check=_hardtanh_check),
     ActivationSpec("elu", {"alpha": 1.0}, False, 1, _elu, _elu_cpp, "ELU", _read("alpha"), onnx_op="Elu",
-                   presets={"elu": {}}, not_smooth="its second derivative jumps at 0 (alpha e^a on the left, 0 on the right)"),
+                   presets={"elu": {}}, not_smooth="its second derivative jumps at 0: alpha e^a on the left, 0 on the right"),
     ActivationSpec("tanh", {}, True, 2, _tanh, _tanh_cpp, "Tanh", onnx_op="Tanh", presets={"tanh": {}}),
     ActivationSpec("sigmoid", {}, True, 2, _sigmoid_act, _sigmoid_cpp, "Sigmoid", onnx_op="Sigmoid",
                    presets={"sigmoid": {}}),

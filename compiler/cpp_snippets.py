@@ -49,7 +49,7 @@ def tanh_lines(arg: str, L: Literal) -> list[str]:
         f"const scalar ax = {sel(neg, f'-({arg})', f'({arg})')};",
         f"const scalar em = m_expm1({L(-2)} * ax);",
         f"const scalar den = em + {L(2)};",
-        f"const scalar ta = -em / den;",
+        "const scalar ta = -em / den;",
         f"const scalar t = {sel(neg, '-ta', 'ta')};",
         f"const scalar sech2 = {L(4)} * (em + {L(1)}) / (den * den);",
     ]

@@ -250,17 +250,30 @@ def _weights(model: Model, scalar: str) -> list[str]:
     return out
 
 
+def input_check(order: int, scalar: str) -> list[str]:
+    """The start of an entry's body: all outputs NaN and status 1 if any input is NaN or Inf
+    (shared with compiler/emit_reverse.py's baselines)."""
+    nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
+    if order == 1:
+        return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+                "          detail::all_finite(G, kStateDim * kInputDim))) {",
+                f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};",
+                "        return 1;",
+                "    }"]
+    return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+            "          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&",
+            "          detail::all_finite(DfG, kStateDim * kInputDim))) {",
+            f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};",
+            "        return 1;",
+            "    }"]
+
+
 def _entries(options: EmitOptions, steps1: list[str], steps2: list[str]) -> list[str]:
     """lie() (and lie2() for order 2), each with and without a caller-provided Workspace."""
-    nan = '__builtin_nanf("")' if options.scalar == "float" else '__builtin_nan("")'
     out = ["// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).",
            "// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.",
            "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {",
-           "    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
-           "          detail::all_finite(G, kStateDim * kInputDim))) {",
-           f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};",
-           "        return 1;",
-           "    }",
+           *input_check(1, options.scalar),
            *("    " + line for line in steps1),
            "    return 0;",
            "}",
@@ -275,12 +288,7 @@ def _entries(options: EmitOptions, steps1: list[str], steps2: list[str]) -> list
                 "// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input.",
                 "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
                 "                scalar* out, Workspace& ws) noexcept {",
-                "    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
-                "          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&",
-                "          detail::all_finite(DfG, kStateDim * kInputDim))) {",
-                f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};",
-                "        return 1;",
-                "    }",
+                *input_check(2, options.scalar),
                 *("    " + line for line in steps2),
                 "    return 0;",
                 "}",

@@ -54,6 +54,7 @@ from . import __version__
 from .cost import cost_report
 from .cpp_activations import activation_body, literal
 from .cppmath import math_source
+from .emit_cpp import input_check
 from .identifiers import check_identifier, include_guard, sanitize_identifier
 from .ir import validate
 from .passes import canonicalize, require_smooth
@@ -164,7 +165,6 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
     if not step > 0:
         raise ValueError(f"fd_step must be > 0, got {fd_step}")
     L = lambda v: literal(v, scalar)  # noqa: E731
-    nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
     cache = sum(hidden)
     max_hidden = max(hidden, default=1)
     heap = style == "heap"
@@ -283,11 +283,7 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
             "// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.",
             "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out) noexcept {",
             *reset,
-            "    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
-            "          detail::all_finite(G, kStateDim * kInputDim))) {",
-            f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};",
-            "        return 1;",
-            "    }",
+            *input_check(1, scalar),
             "    scalar grad[kStateDim];",
             "    out[0] = detail::gradient(x, grad);",
             f"    scalar lf = {L(0)};",
@@ -309,12 +305,7 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
                 "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
                 "                scalar* out) noexcept {",
                 *reset,
-                "    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
-                "          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&",
-                "          detail::all_finite(DfG, kStateDim * kInputDim))) {",
-                f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};",
-                "        return 1;",
-                "    }",
+                *input_check(2, scalar),
                 "    scalar grad[kStateDim], hf[kStateDim];",
                 "    out[0] = detail::gradient(x, grad);",
                 f"    scalar xs = {L(1)}, fs = {L(0)};",
