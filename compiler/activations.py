@@ -231,8 +231,10 @@ class ActivationSpec:
     smooth: bool                     # C^2 everywhere: allowed for second order
     c_sigma: int                     # extra FLOPs per neuron for sigma' given sigma (paper Prop. 2)
     reference: Callable[[np.ndarray, dict], Triple]
-    cpp: Callable[[dict, Literal, int], Body]   # C++ body; compiler.cpp_activations.activation_body wraps it
-    torch_class: str                 # torch.nn class name (imported lazily)
+    # The fields below default to "none" so a spec can be built from the five above (tests do);
+    # every table entry fills cpp and torch_class, which tests/test_activation_table.py checks.
+    cpp: Callable[[dict, Literal, int], Body] | None = None   # C++ body (compiler.cpp_activations wraps it)
+    torch_class: str | None = None   # torch.nn class name (imported lazily)
     torch_read: Callable[[object], dict] = _no_params      # params read back from a module
     torch_args: Callable[[dict], dict] = _same_args        # constructor keywords from params
     onnx_op: str | None = None       # the single ONNX op computing it, if any (patterns: frontend_onnx)
@@ -260,6 +262,8 @@ class ActivationSpec:
     def torch_module(self, params: dict | None = None):
         """A fresh torch module computing this activation with ``params`` (defaults for the rest)."""
         import torch.nn as nn
+        if self.torch_class is None:
+            raise UnsupportedOpError(f"activation {self.kind} has no torch module")
         return getattr(nn, self.torch_class)(**self.torch_args({**self.defaults, **(params or {})}))
 
 

@@ -21,7 +21,7 @@ __all__ = ["activation_body", "literal", "sel", "math_functions"]
 def activation_body(kind: str, params: dict, scalar: str, order: int) -> list[str]:
     """Statements computing ``y`` (returned), ``d1`` and, if order == 2, ``d2`` from ``a``."""
     spec = ACTIVATIONS.get(kind)
-    if spec is None:
+    if spec is None or spec.cpp is None:
         raise UnsupportedOpError(f"no C++ lowering for activation {kind!r}")
     lines, d2 = spec.cpp(params, lambda v: literal(v, scalar), order)
     if order == 2:

@@ -60,7 +60,7 @@ def _convert(name: str, module) -> list[Layer]:
     if type(module) is nn.ReLU6:   # a Hardtanh subclass with fixed bounds
         return [Activation("hardtanh", (("min_val", 0.0), ("max_val", 6.0)), origin=where)]
     for kind, spec in ACTIVATIONS.items():   # exact types: subclasses may compute something else
-        if type(module) is getattr(nn, spec.torch_class):
+        if spec.torch_class and type(module) is getattr(nn, spec.torch_class):
             try:
                 params = spec.torch_read(module)
             except UnsupportedOpError as exc:
