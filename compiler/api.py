@@ -9,8 +9,9 @@ from pathlib import Path
 
 from .cost import CostReport, cost_report
 from .emit_abi import emit_abi
-from .emit_cpp import EmitOptions, check_identifier, emit_header, sanitize_identifier
+from .emit_cpp import EmitOptions, emit_header
 from .errors import UnsupportedOpError
+from .identifiers import check_identifier, sanitize_identifier
 from .ir import Model
 from .limits import DEFAULT_LIMITS, Limits
 from .passes import canonicalize
@@ -26,23 +27,35 @@ class CompiledSource:
     options: EmitOptions
 
     def write(self, directory: str | os.PathLike) -> tuple[Path, Path]:
-        """Write NAME.hpp and NAME_abi.cpp; each file appears whole or not at all."""
+        """Write NAME.hpp and NAME_abi.cpp, both or neither: on any failure no new file is left."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
         paths = (directory / f"{self.name}.hpp", directory / f"{self.name}_abi.cpp")
-        for path, text in zip(paths, (self.header, self.abi)):
-            atomic_write(path, text)
+        atomic_write_all(dict(zip(paths, (self.header, self.abi))))
         return paths
 
 
 def atomic_write(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    atomic_write_all({path: text})
+
+
+def atomic_write_all(files: dict[Path, str]) -> None:
+    """Write every file to a short-named temporary beside it, then rename them all into place;
+    if anything fails, remove the temporaries and whatever was already renamed."""
+    temps: list[str] = []
+    done: list[Path] = []
     try:
-        with os.fdopen(fd, "w", newline="\n") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        for path, text in files.items():
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cbfsim-", suffix=".tmp")
+            temps.append(tmp)
+            with os.fdopen(fd, "w", newline="\n") as handle:
+                handle.write(text)
+        for tmp, path in zip(temps, files):
+            os.replace(tmp, path)
+            done.append(path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for leftover in [*map(Path, temps), *done]:
+            leftover.unlink(missing_ok=True)
         raise
 
 
@@ -71,14 +84,15 @@ def load_model(source, name: str | None = None, limits: Limits = DEFAULT_LIMITS,
 
 def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
                   layout: str = "sweep", limits: Limits = DEFAULT_LIMITS,
-                  state_shape: tuple[int, ...] | None = None) -> CompiledSource:
+                  state_shape: tuple[int, ...] | None = None, math: tuple[str, ...] = ()) -> CompiledSource:
     """Compile a barrier into header + shim text (nothing written). ``limits`` bound folded
     constants, weights and workspace (checked before allocating); see ``load_model`` for
-    ``state_shape``."""
+    ``state_shape``. ``math`` names header math functions wanted beyond the activations'
+    (e.g. ("sin", "cos") for firmware plant code)."""
     model = load_model(source, name, limits, state_shape)
     model = replace(model, name=check_identifier(name) if name else sanitize_identifier(model.name))
     model = canonicalize(model, limits)
-    options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout)
+    options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout, math=tuple(math))
     options.check()
     plan = cost_report(model, inputs, order, 4 if dtype == "float" else 8, layout)
     limits.check("max_workspace_bytes", plan.workspace_bytes,

@@ -1,6 +1,6 @@
 """The generated header's own transcendental functions (no libm), for float or double.
 
-``math_source(scalar)`` returns C++17 text that the emitter pastes inside
+``math_source(scalar, functions)`` returns C++17 text that the emitter pastes inside
 ``namespace <model> { namespace detail { ... } }``: only ``inline`` functions and the flag
 ``kVectorUnit`` (SSE2 or NEON present), no ``#include``, no namespaces, no statics, no
 loops, no tables, no recursion, no heap. Every copy is self-contained, so two models'
@@ -9,6 +9,8 @@ is a pure function of ``scalar``.
 
 Public functions (T = the scalar), each ``inline T f(T x) noexcept``: m_exp, m_expm1,
 m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt. Internal helpers are prefixed ``mx_``.
+``functions`` names the ones wanted (e.g. ["expm1"]); the text then carries those, the ones
+they call (tanh needs expm1, erf needs exp) and the small mx_ helpers, nothing else.
 
 Measured max error, in ulps of the exact result (float: exhaustive over all 2^32 inputs
 against double libm; double: 2.25M random points over the interesting ranges against long
@@ -105,7 +107,11 @@ from __future__ import annotations
 
 from string import Template
 
-__all__ = ["math_source"]
+__all__ = ["MATH_FUNCTIONS", "math_source"]
+
+# In the order the text defines them; each calls only functions listed before it.
+MATH_FUNCTIONS = ("exp", "expm1", "log1p", "tanh", "erf", "sin", "cos", "sqrt")
+_CALLS = {"tanh": ("expm1",), "erf": ("exp",)}
 
 
 def _horner(var: str, coeffs: list[str], suffix: str) -> str:
@@ -357,14 +363,22 @@ inline $T m_sqrt($T x) noexcept { return $SQRT(x); }
 """
 
 
-def math_source(scalar: str) -> str:
-    """C++17 source text of the header's own transcendental functions for scalar 'float' or 'double'."""
+def math_source(scalar: str, functions=None) -> str:
+    """C++17 source text of the header's own transcendental functions for scalar 'float' or
+    'double': all of them, or only ``functions`` (names from MATH_FUNCTIONS) and what they call."""
     if scalar == "float":
         spec = _FLOAT
     elif scalar == "double":
         spec = _DOUBLE
     else:
         raise ValueError(f"math_source: scalar must be 'float' or 'double', not {scalar!r}")
+    wanted = set(MATH_FUNCTIONS if functions is None else functions)
+    unknown = sorted(wanted - set(MATH_FUNCTIONS))
+    if unknown:
+        raise ValueError(f"math_source: unknown functions {unknown}; choose from {', '.join(MATH_FUNCTIONS)}")
+    for fn in reversed(MATH_FUNCTIONS):   # callees come earlier, so one backward pass closes the set
+        if fn in wanted:
+            wanted.update(_CALLS.get(fn, ()))
     suf = spec["SUF"]
     values = {k: v for k, v in spec.items() if isinstance(v, str)}
     values.update(ZERO="0.0" + suf, ONE="1.0" + suf, TWO="2.0" + suf, HALF="0.5" + suf,
@@ -374,4 +388,8 @@ def math_source(scalar: str) -> str:
                   P_COS=_horner("z", spec["cos"], suf))
     values["EXP_REDUCE"] = Template(_EXP_REDUCE).substitute(values)
     values["TRIG_REDUCE"] = Template(_TRIG_REDUCE).substitute(values)
-    return Template(_TEMPLATE).substitute(values)
+    # The text is the helpers, then one blank-line-separated block per function in MATH_FUNCTIONS order.
+    prelude, *blocks = Template(_TEMPLATE).substitute(values).split("\n\n")
+    if len(blocks) != len(MATH_FUNCTIONS) or any(f" m_{fn}(" not in block for fn, block in zip(MATH_FUNCTIONS, blocks)):
+        raise RuntimeError("cppmath: _TEMPLATE's blocks do not follow MATH_FUNCTIONS")
+    return "\n\n".join([prelude] + [block for fn, block in zip(MATH_FUNCTIONS, blocks) if fn in wanted])

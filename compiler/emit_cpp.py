@@ -8,45 +8,21 @@ compile time, and printed as constants.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+from importlib import resources
 from typing import Callable
 
 import numpy as np
 
 from . import __version__
 from .cost import LAYOUTS, CostReport, channels_for, cost_report, workspace_span
-from .cpp_activations import activation_body, literal
-from .cppmath import math_source
-from .errors import UnsupportedOpError
-from .ir import Activation, Dense, Model, validate
+from .cpp_activations import activation_body, literal, math_functions
+from .cppmath import MATH_FUNCTIONS, math_source
+from .identifiers import check_identifier, include_guard, sanitize_identifier
+from .ir import Model, validate
 from .passes import require_smooth
 
-CPP_KEYWORDS = set("""alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t
-char32_t class compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield
-decltype default delete do double dynamic_cast else enum explicit export extern false float for friend goto if
-inline int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public
-register reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch
-template this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
-wchar_t while xor xor_eq std detail""".split())
-
 ABI_VERSION = 2
-
-
-def check_identifier(name: str) -> str:
-    """A C++ identifier usable as a namespace (no keywords, no reserved leading underscore)."""
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", name) or "__" in name or name in CPP_KEYWORDS:
-        raise ValueError(f"model name {name!r} is not a valid C++ identifier "
-                         "(letters, digits and single underscores, starting with a letter, not a keyword)")
-    return name
-
-
-def sanitize_identifier(text: str) -> str:
-    """Turn a file stem or label into a valid identifier (used when no name is given)."""
-    name = re.sub(r"_+", "_", re.sub(r"[^A-Za-z0-9_]", "_", text)).strip("_") or "model"
-    if not name[0].isalpha():
-        name = "m_" + name
-    return name + "_model" if name in CPP_KEYWORDS else name
 
 
 @dataclass(frozen=True)
@@ -55,6 +31,9 @@ class EmitOptions:
     order: int = 1
     scalar: str = "float"    # or "double"
     layout: str = "sweep"    # "sweep": all directions in one pass; "min_memory": one direction at a time
+    # Header math functions wanted beyond what the activations use, by name ("sin", "cos", ...),
+    # e.g. for plant code compiled next to the barrier (firmware): <model>::detail::m_<name>.
+    math: tuple[str, ...] = ()
 
     def check(self) -> None:
         if self.order not in (1, 2):
@@ -65,6 +44,9 @@ class EmitOptions:
             raise ValueError(f"the number of inputs m must be >= 1, got {self.inputs}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        unknown = sorted(set(self.math) - set(MATH_FUNCTIONS))
+        if unknown:
+            raise ValueError(f"unknown math functions {unknown}; the header offers {', '.join(MATH_FUNCTIONS)}")
 
 
 def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
@@ -73,210 +55,16 @@ def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
     return "{\n    " + ",\n    ".join(rows) + "}"
 
 
-_TEMPLATES = r"""
-// Targets with a vector unit (kVectorUnit, defined with the math above) get loops shaped for
-// it (blocks of neurons, one operation per loop); scalar cores (Cortex-M, Xtensa) get small
-// blocks and one neuron at a time, keeping the stack small. Every sum and product is the same
-// in both shapes: results are bit-identical.
+KERNEL_MARKER = "// ---- kernel text: the emitter inlines everything below this line into the generated header ----\n"
 
-// all_finite: false if any entry is NaN or +-Inf (v - v is 0 only for finite v).
-inline bool all_finite(const scalar* v, int count) noexcept {
-    bool ok = true;
-    for (int i = 0; i < count; ++i) ok = ok && (v[i] - v[i] == scalar(0));
-    return ok;
-}
 
-// dense: one affine layer on C channels. Channel 0 is the real path (gets the bias),
-// channels 1..C-1 are tangents (no bias); src(c, k) reads channel c of input k (from the
-// workspace, or for the first layer straight from the caller's x, f, G). Output is
-// channel-major: out[c*Out + j]. Weights are column-major (wt[k*Out + j] = W[j][k]) so
-// each weight column is read once for all C channels, and the loop over j is an axpy
-// that vectorizes without reassociating any sum: every output is accumulated in the
-// order k = 0..In-1 on every target and at every optimization level. Outputs are done
-// in blocks of B whose C x B accumulators fit in vector registers.
-template <int In, int Out, int C, int B, typename Src>
-inline void dense_block(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
-                        scalar* __restrict out) noexcept {
-    static_assert(Out % B == 0, "dense_block needs whole blocks");
-    for (int j0 = 0; j0 < Out; j0 += B) {
-        scalar acc[C][B];
-        for (int j = 0; j < B; ++j) acc[0][j] = b[j0 + j];
-        for (int c = 1; c < C; ++c)
-            for (int j = 0; j < B; ++j) acc[c][j] = scalar(0);
-        for (int k = 0; k < In; ++k) {
-            const scalar* __restrict w = wt + k * Out + j0;
-            for (int c = 0; c < C; ++c) {
-                const scalar s = src(c, k);
-                for (int j = 0; j < B; ++j) acc[c][j] += w[j] * s;
-            }
-        }
-        for (int c = 0; c < C; ++c)
-            for (int j = 0; j < B; ++j) out[c * Out + j0 + j] = acc[c][j];
-    }
-}
-
-// dense_stream: the same layer accumulating straight into out, for the first layer (its
-// input is the caller's x, f, G with In = n small), and for the output of a network without
-// hidden layers (otherwise the output layer is fused into dense_fused).
-template <int In, int Out, int C, typename Src>
-inline void dense_stream(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
-                         scalar* __restrict out) noexcept {
-    for (int j = 0; j < Out; ++j) out[j] = b[j];
-    for (int j = Out; j < C * Out; ++j) out[j] = scalar(0);
-    for (int k = 0; k < In; ++k) {
-        const scalar* __restrict w = wt + k * Out;
-        for (int c = 0; c < C; ++c) {
-            const scalar s = src(c, k);
-            scalar* __restrict o = out + c * Out;
-            for (int j = 0; j < Out; ++j) o[j] += w[j] * s;
-        }
-    }
-}
-
-// Register blocking pays where C x 32 float accumulators fit in vector registers (x86 with
-// AVX: sixteen 8-float registers); on cores without SIMD (Cortex-M, Xtensa) they would only
-// spill to the stack, so those stream. Either kernel gives the same bits.
-#if defined(__AVX__)
-constexpr bool kRegisterBlocking = sizeof(scalar) == 4;
-#else
-constexpr bool kRegisterBlocking = false;
-#endif
-
-// dense_fused: the last hidden layer and the scalar output layer in one pass, so the last
-// hidden layer needs no workspace. Its outputs are made B at a time in a local block
-// (channel-major, blk[c*B + j]), activated in place by act(Int<B>{}, blk), and each is added
-// into out[c] = b_out + sum_j w_out[j] a_c[j] at once. Every sum runs in the same order as
-// in an unfused layer-by-layer pass (k = 0..In-1 inside a neuron, j = 0..Mid-1 into out), so
-// B never changes a bit; B is the block that fits the target's vector registers.
-template <int N>
-struct Int {
-    static constexpr int value = N;
-};
-
-// Block size, measured: on x86-64 (callgrind and wall time, g++ 12, -O2 and -O3 -march=native,
-// with and without AVX-512) 32-wide blocks beat 16, 8, 4 and 1 for every channel count. On
-// Cortex-M4F (QEMU instruction counts, -O2) pairs of neurons with the channel loops unrolled
-// cost 19,000 / 46,520 instructions for the bicycle / Van der Pol sweeps against 23,520 /
-// 58,920 one at a time and 18,200 / 41,600 four at a time, whose blocks need twice the stack.
-template <int Mid>
-constexpr int fused_block() noexcept {
-    if (kVectorUnit)
-        for (int b = 32; b > 1; b /= 2)
-            if (Mid % b == 0) return b;
-    return Mid % 2 == 0 ? 2 : 1;
-}
-
-template <int In, int Mid, int C, typename Src, typename Act>
-inline void dense_fused(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
-                        const scalar* __restrict w_out, const scalar* __restrict b_out,
-                        scalar* __restrict out, const Act& act) noexcept {
-    constexpr int B = fused_block<Mid>();
-    static_assert(Mid % B == 0, "dense_fused needs whole blocks");
-    scalar sum[C];
-    sum[0] = b_out[0];
-    for (int c = 1; c < C; ++c) sum[c] = scalar(0);
-    for (int j0 = 0; j0 < Mid; j0 += B) {
-        scalar blk[C * B];
-        for (int j = 0; j < B; ++j) blk[j] = b[j0 + j];
-        for (int j = B; j < C * B; ++j) blk[j] = scalar(0);
-        for (int k = 0; k < In; ++k) {
-            const scalar* __restrict w = wt + k * Mid + j0;
-#pragma GCC unroll 16
-            for (int c = 0; c < C; ++c) {
-                const scalar s = src(c, k);
-#pragma GCC unroll 16
-                for (int j = 0; j < B; ++j) blk[c * B + j] += w[j] * s;
-            }
-        }
-        act(Int<B>{}, blk);
-        for (int j = 0; j < B; ++j)
-#pragma GCC unroll 16
-            for (int c = 0; c < C; ++c) sum[c] += w_out[j0 + j] * blk[c * B + j];
-    }
-    for (int c = 0; c < C; ++c) out[c] = sum[c];
-}
-
-// Channels<In>: reads a layer input held channel-major in the workspace.
-template <int In>
-struct Channels {
-    const scalar* p;
-    scalar operator()(int c, int k) const noexcept { return p[c * In + k]; }
-};
-
-// activate: dual numbers through sigma, in place: a <- sigma(a), t <- sigma'(a) t.
-// On vector targets sigma' goes through a local array so both loops run over j and
-// vectorize; scalar cores do one neuron at a time and need no such array on the stack.
-template <int N, int C, typename Act>
-inline void activate(scalar* __restrict buf) noexcept {
-    if constexpr (kVectorUnit) {
-        scalar d1[N];
-        for (int j = 0; j < N; ++j) buf[j] = Act::eval(buf[j], d1[j]);
-        for (int c = 1; c < C; ++c)
-            for (int j = 0; j < N; ++j) buf[c * N + j] *= d1[j];
-    } else {
-        for (int j = 0; j < N; ++j) {
-            scalar d1;
-            buf[j] = Act::eval(buf[j], d1);
-            for (int c = 1; c < C; ++c) buf[c * N + j] *= d1;
-        }
-    }
-}
-"""
-
-_TEMPLATES_2 = r"""
-// activate2: hyper-dual numbers through sigma, in place. Channels: 0 real a, 1 the shared
-// eps1 tangent t_f, 2..M+1 the eps2 tangents of G_1..G_M, M+2 the eps12 part of the
-// (f, f) seed, M+3.. those of the (f, G_j) seeds. Paper Lemma 3(ii):
-// u <- sigma''(a) t_f w + sigma'(a) u (with w = t_f for the (f, f) seed), then t <- sigma'(a) t.
-// Vector targets: one loop per operation over the neurons (sigma', sigma'' t_f in local
-// arrays), so they vectorize; scalar cores: one neuron at a time. Same operations, same bits.
-template <int N, int M, typename Act>
-inline void activate2(scalar* __restrict buf) noexcept {
-    if constexpr (kVectorUnit) {
-        scalar d1[N];
-        scalar d2tf[N];
-        for (int j = 0; j < N; ++j) buf[j] = Act::eval2(buf[j], d1[j], d2tf[j]);
-        for (int j = 0; j < N; ++j) d2tf[j] *= buf[N + j];
-        for (int j = 0; j < N; ++j) buf[(M + 2) * N + j] = d2tf[j] * buf[N + j] + d1[j] * buf[(M + 2) * N + j];
-        for (int q = 1; q <= M; ++q)
-            for (int j = 0; j < N; ++j)
-                buf[(M + 2 + q) * N + j] = d2tf[j] * buf[(1 + q) * N + j] + d1[j] * buf[(M + 2 + q) * N + j];
-        for (int c = 1; c <= M + 1; ++c)
-            for (int j = 0; j < N; ++j) buf[c * N + j] *= d1[j];
-    } else {
-        for (int j = 0; j < N; ++j) {
-            scalar d1;
-            scalar d2;
-            buf[j] = Act::eval2(buf[j], d1, d2);
-            const scalar d2tf = d2 * buf[N + j];
-            buf[(M + 2) * N + j] = d2tf * buf[N + j] + d1 * buf[(M + 2) * N + j];
-            for (int q = 1; q <= M; ++q)
-                buf[(M + 2 + q) * N + j] = d2tf * buf[(1 + q) * N + j] + d1 * buf[(M + 2 + q) * N + j];
-            for (int c = 1; c <= M + 1; ++c) buf[c * N + j] *= d1;
-        }
-    }
-}
-"""
-
-_TEMPLATES_PAIR = r"""
-// activate_pair: one hyper-dual number per neuron (min_memory layout), in place. Channels:
-// 0 real a, 1 eps1 tangent t_f, 2 eps2 tangent w, 3 eps12 part u:
-// u <- sigma''(a) t_f w + sigma'(a) u, then t_f, w <- sigma'(a) t_f, sigma'(a) w (same
-// operations, in the same order, as activate2: both layouts give the same bits).
-template <int N, typename Act>
-inline void activate_pair(scalar* __restrict buf) noexcept {
-    for (int j = 0; j < N; ++j) {
-        scalar d1;
-        scalar d2;
-        const scalar y = Act::eval2(buf[j], d1, d2);
-        const scalar d2tf = d2 * buf[N + j];
-        buf[3 * N + j] = d2tf * buf[2 * N + j] + d1 * buf[3 * N + j];
-        buf[N + j] *= d1;
-        buf[2 * N + j] *= d1;
-        buf[j] = y;
-    }
-}
-"""
+def kernel(file: str) -> str:
+    """The C++ of compiler/kernels/<file> below its marker (the part a generated header inlines)."""
+    text = (resources.files("compiler") / "kernels" / file).read_text(encoding="utf-8")
+    head, marker, body = text.partition(KERNEL_MARKER)
+    if not marker:
+        raise RuntimeError(f"compiler/kernels/{file} lacks its kernel marker line")
+    return body
 
 
 # Register blocking of hidden layers: 32 outputs x C channels of accumulators stay in
@@ -382,6 +170,136 @@ def _entry_steps(widths: list[int], m: int, order: int, layout: str) -> tuple[li
     return ["scalar* const w = ws.data;", "(void)w;", *body], plan.workspace_scalars
 
 
+def _activation_structs(model: Model, options: EmitOptions) -> list[str]:
+    """One struct per hidden layer with eval (and eval2 for order 2) from the activation table."""
+    code = []
+    for i, act in enumerate(model.hidden_activations(), start=1):
+        lines = [f"// hidden layer {i}: {act.kind}{dict(act.params) if act.params else ''}",
+                 f"struct Act{i} {{",
+                 "    static inline scalar eval(scalar a, scalar& d1) noexcept {",
+                 _indent(activation_body(act.kind, dict(act.params), options.scalar, 1), 8), "    }"]
+        if options.order == 2:
+            lines += ["    static inline scalar eval2(scalar a, scalar& d1, scalar& d2) noexcept {",
+                      _indent(activation_body(act.kind, dict(act.params), options.scalar, 2), 8), "    }"]
+        lines.append("};")
+        code.append("\n".join(lines))
+    return code
+
+
+def _indent(lines: list[str], spaces: int) -> str:
+    return "\n".join(" " * spaces + line for line in lines)
+
+
+def header_math(model: Model, options: EmitOptions) -> list[str]:
+    """The math functions the header carries: those its activation bodies call, plus options.math."""
+    acts = [(a.kind, dict(a.params)) for a in model.hidden_activations()]
+    return sorted(math_functions(acts, options.order) | set(options.math))
+
+
+def _banner(name: str, model: Model, options: EmitOptions, report: CostReport, guard: str) -> list[str]:
+    out = [f"// {name}.hpp: generated by cbfsim compiler {__version__} (model sha256 {model.fingerprint()[:16]}, "
+           f"order {options.order}, {options.scalar}, {options.layout} layout). Do not edit.",
+           "//",
+           "// Returns a neural barrier h(x) with its exact Lie derivatives by forward-mode dual numbers:",
+           "// the state enters as x + f(x) eps + G(x) eps' (one tangent channel per vector field), every",
+           "// layer maps the real part and all tangents in one sweep, and the tangents leave as",
+           "// L_f h = dh(x) f(x) and L_G h = dh(x) G(x) with no truncation error. Order 2 adds the",
+           "// hyper-dual eps12 channels seeded with f'(x) f and f'(x) G_j, giving L_f^2 h and L_G L_f h.",
+           "// No heap, no recursion, no exceptions, no standard library beyond <cstddef>/<cstdint>.",
+           "//"]
+    out += ["// " + line for line in report.lines()]
+    return out + ["", f"#ifndef {guard}", f"#define {guard}", "", "#include <cstddef>", "#include <cstdint>", ""]
+
+
+def _constants(model: Model, options: EmitOptions, report: CostReport, workspace: int) -> list[str]:
+    m = options.inputs
+    out = [f"using scalar = {options.scalar};",
+           f"constexpr int kStateDim = {model.input_dim};          // n: length of x and f",
+           f"constexpr int kInputDim = {m};          // m: columns of G (n x m, row-major)",
+           f"constexpr int kOrder = {options.order};",
+           f"constexpr int kLieOutputs = {2 + m};       // lie():  h, L_f h, L_G h[m]"]
+    if options.order == 2:
+        out.append(f"constexpr int kLie2Outputs = {3 + 2 * m};      // lie2(): h, L_f h, L_G h[m], L_f^2 h, L_G L_f h[m]")
+    return out + [f"// workspace: {report.workspace_formula} scalars",
+                  f"constexpr std::size_t kWorkspaceScalars = {workspace};",
+                  "constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);",
+                  "",
+                  "// Scratch memory for one evaluation. Pass your own for reentrancy (threads, interrupts).",
+                  f"struct Workspace {{ scalar data[{max(workspace, 1)}]; }};",
+                  "// The workspace used by the convenience entries without a Workspace argument (not reentrant).",
+                  "inline Workspace g_workspace;"]
+
+
+def _detail(model: Model, options: EmitOptions) -> list[str]:
+    """namespace detail: the math the model uses, the layer kernels, the activations, the weights."""
+    out = ["namespace detail {", "", math_source(options.scalar, header_math(model, options)).strip("\n"),
+           "\n" + kernel("layers.hpp").rstrip()]
+    if options.order == 2:
+        out.append("\n" + kernel("activate2_sweep.hpp" if options.layout == "sweep" else "activate2_pair.hpp").rstrip())
+    out += ["", *_activation_structs(model, options), "", *_weights(model, options.scalar), "",
+            "}  // namespace detail"]
+    return out
+
+
+def _weights(model: Model, scalar: str) -> list[str]:
+    out = []
+    for i, layer in enumerate(model.dense_layers(), start=1):
+        out.append(f"// layer {i}: {layer.out_dim} x {layer.in_dim}, stored column-major (kW{i}[k*{layer.out_dim} + j] = W[j][k])")
+        out.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
+        out.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
+    return out
+
+
+def input_check(order: int, scalar: str) -> list[str]:
+    """The start of an entry's body: all outputs NaN and status 1 if any input is NaN or Inf
+    (shared with compiler/emit_reverse.py's baselines)."""
+    nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
+    if order == 1:
+        return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+                "          detail::all_finite(G, kStateDim * kInputDim))) {",
+                f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};",
+                "        return 1;",
+                "    }"]
+    return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+            "          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&",
+            "          detail::all_finite(DfG, kStateDim * kInputDim))) {",
+            f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};",
+            "        return 1;",
+            "    }"]
+
+
+def _entries(options: EmitOptions, steps1: list[str], steps2: list[str]) -> list[str]:
+    """lie() (and lie2() for order 2), each with and without a caller-provided Workspace."""
+    out = ["// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).",
+           "// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.",
+           "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {",
+           *input_check(1, options.scalar),
+           *("    " + line for line in steps1),
+           "    return 0;",
+           "}",
+           "",
+           "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out) noexcept {",
+           "    return lie(x, f, G, out, g_workspace);",
+           "}"]
+    if options.order == 2:
+        out += ["",
+                "// Everything for a relative-degree-2 barrier in one hyper-dual sweep, given also",
+                "// Dff = f'(x) f(x) (n) and DfG = f'(x) G(x) (n x m, row-major).",
+                "// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input.",
+                "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
+                "                scalar* out, Workspace& ws) noexcept {",
+                *input_check(2, options.scalar),
+                *("    " + line for line in steps2),
+                "    return 0;",
+                "}",
+                "",
+                "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
+                "                scalar* out) noexcept {",
+                "    return lie2(x, f, G, Dff, DfG, out, g_workspace);",
+                "}"]
+    return out
+
+
 def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     """The header text and its cost/workspace report. Deterministic: same inputs, same bytes."""
     options.check()
@@ -389,135 +307,21 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     if options.order == 2:
         require_smooth(model)
     name = check_identifier(model.name)
-    scalar, m, n = options.scalar, options.inputs, model.input_dim
-    scalar_bytes = 4 if scalar == "float" else 8
-    report = cost_report(model, m, options.order, scalar_bytes, options.layout)
+    report = cost_report(model, options.inputs, options.order, 4 if options.scalar == "float" else 8, options.layout)
     widths = model.widths()
-    dense = model.dense_layers()
-    acts = model.hidden_activations()
-
-    act_structs = []
-    act_code = []
-    for i, act in enumerate(acts, start=1):
-        struct = f"Act{i}"
-        act_structs.append(struct)
-        body1 = "\n".join("        " + s for s in activation_body(act.kind, dict(act.params), scalar, 1))
-        code = [f"// hidden layer {i}: {act.kind}{dict(act.params) if act.params else ''}",
-                f"struct {struct} {{",
-                "    static inline scalar eval(scalar a, scalar& d1) noexcept {",
-                body1, "    }"]
-        if options.order == 2:
-            body2 = "\n".join("        " + s for s in activation_body(act.kind, dict(act.params), scalar, 2))
-            code += ["    static inline scalar eval2(scalar a, scalar& d1, scalar& d2) noexcept {", body2, "    }"]
-        code.append("};")
-        act_code.append("\n".join(code))
-
-    weights = []
-    for i, layer in enumerate(dense, start=1):
-        weights.append(f"// layer {i}: {layer.out_dim} x {layer.in_dim}, stored column-major (kW{i}[k*{layer.out_dim} + j] = W[j][k])")
-        weights.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
-        weights.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
-
-    steps1, ws1 = _entry_steps(widths, m, 1, options.layout)
-    steps2, ws2 = _entry_steps(widths, m, 2, options.layout) if options.order == 2 else ([], 0)
+    steps1, ws1 = _entry_steps(widths, options.inputs, 1, options.layout)
+    steps2, ws2 = _entry_steps(widths, options.inputs, 2, options.layout) if options.order == 2 else ([], 0)
     workspace = max(ws1, ws2)
     if workspace != report.workspace_scalars:   # the plan and the reported formula must agree
         raise AssertionError(f"workspace plan {workspace} != reported {report.workspace_scalars}")
-    nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
-    guard = f"CBFSIM_{name.upper()}_HPP"
-    digest = model.fingerprint()[:16]
-
-    out: list[str] = []
-    out.append(f"// {name}.hpp: generated by cbfsim compiler {__version__} (model sha256 {digest}, "
-               f"order {options.order}, {scalar}, {options.layout} layout). Do not edit.")
-    out.append("//")
-    out.append("// Returns a neural barrier h(x) with its exact Lie derivatives by forward-mode dual numbers:")
-    out.append("// the state enters as x + f(x) eps + G(x) eps' (one tangent channel per vector field), every")
-    out.append("// layer maps the real part and all tangents in one sweep, and the tangents leave as")
-    out.append("// L_f h = dh(x) f(x) and L_G h = dh(x) G(x) with no truncation error. Order 2 adds the")
-    out.append("// hyper-dual eps12 channels seeded with f'(x) f and f'(x) G_j, giving L_f^2 h and L_G L_f h.")
-    out.append("// No heap, no recursion, no exceptions, no standard library beyond <cstddef>/<cstdint>.")
-    out.append("//")
-    for line in report.lines():
-        out.append("// " + line)
-    out.append("")
-    out.append(f"#ifndef {guard}")
-    out.append(f"#define {guard}")
-    out.append("")
-    out.append("#include <cstddef>")
-    out.append("#include <cstdint>")
-    out.append("")
-    out.append(f"namespace {name} {{")
-    out.append("")
-    out.append(f"using scalar = {scalar};")
-    out.append(f"constexpr int kStateDim = {n};          // n: length of x and f")
-    out.append(f"constexpr int kInputDim = {m};          // m: columns of G (n x m, row-major)")
-    out.append(f"constexpr int kOrder = {options.order};")
-    out.append(f"constexpr int kLieOutputs = {2 + m};       // lie():  h, L_f h, L_G h[m]")
-    if options.order == 2:
-        out.append(f"constexpr int kLie2Outputs = {3 + 2 * m};      // lie2(): h, L_f h, L_G h[m], L_f^2 h, L_G L_f h[m]")
-    out.append(f"// workspace: {report.workspace_formula} scalars")
-    out.append(f"constexpr std::size_t kWorkspaceScalars = {workspace};")
-    out.append("constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);")
-    out.append("")
-    out.append("// Scratch memory for one evaluation. Pass your own for reentrancy (threads, interrupts).")
-    out.append(f"struct Workspace {{ scalar data[{max(workspace, 1)}]; }};")
-    out.append("// The workspace used by the convenience entries without a Workspace argument (not reentrant).")
-    out.append("inline Workspace g_workspace;")
-    out.append("")
-    out.append("namespace detail {")
-    out.append("")
-    out.append(math_source(scalar).strip("\n"))
-    out.append(_TEMPLATES.rstrip())
-    if options.order == 2:
-        out.append((_TEMPLATES_2 if options.layout == "sweep" else _TEMPLATES_PAIR).rstrip())
-    out.append("")
-    out.extend(act_code)
-    out.append("")
-    out.extend(weights)
-    out.append("")
-    out.append("}  // namespace detail")
-    out.append("")
-
-    out.append("// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).")
-    out.append("// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.")
-    out.append("inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {")
-    out.append("    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&")
-    out.append("          detail::all_finite(G, kStateDim * kInputDim))) {")
-    out.append(f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};")
-    out.append("        return 1;")
-    out.append("    }")
-    out.extend("    " + line for line in steps1)
-    out.append("    return 0;")
-    out.append("}")
-    out.append("")
-    out.append("inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out) noexcept {")
-    out.append("    return lie(x, f, G, out, g_workspace);")
-    out.append("}")
-    if options.order == 2:
-        out.append("")
-        out.append("// Everything for a relative-degree-2 barrier in one hyper-dual sweep, given also")
-        out.append("// Dff = f'(x) f(x) (n) and DfG = f'(x) G(x) (n x m, row-major).")
-        out.append("// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input.")
-        out.append("inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,")
-        out.append("                scalar* out, Workspace& ws) noexcept {")
-        out.append("    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&")
-        out.append("          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&")
-        out.append("          detail::all_finite(DfG, kStateDim * kInputDim))) {")
-        out.append(f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};")
-        out.append("        return 1;")
-        out.append("    }")
-        out.extend("    " + line for line in steps2)
-        out.append("    return 0;")
-        out.append("}")
-        out.append("")
-        out.append("inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,")
-        out.append("                scalar* out) noexcept {")
-        out.append("    return lie2(x, f, G, Dff, DfG, out, g_workspace);")
-        out.append("}")
-    out.append("")
-    out.append(f"}}  // namespace {name}")
-    out.append("")
-    out.append(f"#endif  // {guard}")
-    out.append("")
+    guard = include_guard(name)
+    out = [*_banner(name, model, options, report, guard),
+           f"namespace {name} {{", "", *_constants(model, options, report, workspace), "",
+           *_detail(model, options), "",
+           *_entries(options, steps1, steps2), "",
+           f"}}  // namespace {name}", "", f"#endif  // {guard}", ""]
     return "\n".join(out), report
+
+
+__all__ = ["ABI_VERSION", "EmitOptions", "check_identifier", "emit_header", "header_math", "kernel",
+           "sanitize_identifier"]

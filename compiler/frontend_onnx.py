@@ -425,7 +425,7 @@ def _matmul_add(e: Expr, st: State) -> Result:
 
 # ---- templates: activations ----------------------------------------------------------
 
-SIMPLE = {"Relu": "relu", "Tanh": "tanh", "Sigmoid": "sigmoid"}
+SIMPLE = {spec.onnx_op: kind for kind, spec in ACTIVATIONS.items() if spec.onnx_op and not spec.defaults}
 
 
 def _single_activation(e: Expr, st: State) -> Result:

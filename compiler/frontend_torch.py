@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .activations import ACTIVATIONS
 from .errors import ShapeError, UnsupportedOpError
 from .ir import Activation, Affine, Dense, Layer, Model, validate
 from .limits import DEFAULT_LIMITS, Limits, elements
@@ -56,26 +57,15 @@ def _convert(name: str, module) -> list[Layer]:
             gamma, beta = _array(module.weight), _array(module.bias)
             scale, shift = scale * gamma, shift * gamma + beta
         return [Affine(scale, shift, origin=where)]
-    simple = {nn.ReLU: ("relu", ()), nn.Tanh: ("tanh", ()), nn.Sigmoid: ("sigmoid", ()), nn.SiLU: ("silu", ())}
-    for cls, (kind, params) in simple.items():
-        if type(module) is cls:
-            return [Activation(kind, params, origin=where)]
-    if type(module) is nn.LeakyReLU:
-        return [Activation("leaky_relu", (("negative_slope", float(module.negative_slope)),), origin=where)]
-    if type(module) is nn.ELU:
-        return [Activation("elu", (("alpha", float(module.alpha)),), origin=where)]
-    if type(module) is nn.Hardtanh:   # also catches nothing else: ReLU6 is a subclass, handled below
-        return [Activation("hardtanh", (("min_val", float(module.min_val)), ("max_val", float(module.max_val))),
-                           origin=where)]
-    if type(module) is nn.ReLU6:
+    if type(module) is nn.ReLU6:   # a Hardtanh subclass with fixed bounds
         return [Activation("hardtanh", (("min_val", 0.0), ("max_val", 6.0)), origin=where)]
-    if type(module) is nn.Softplus:
-        return [Activation("softplus", (("beta", float(module.beta)), ("threshold", float(module.threshold))),
-                           origin=where)]
-    if type(module) is nn.GELU:
-        if module.approximate not in ("none", "tanh"):
-            raise UnsupportedOpError(f"{where}: GELU approximate={module.approximate!r} is not 'none' or 'tanh'")
-        return [Activation("gelu", (("approximate", 0.0 if module.approximate == "none" else 1.0),), origin=where)]
+    for kind, spec in ACTIVATIONS.items():   # exact types: subclasses may compute something else
+        if spec.torch_class and type(module) is getattr(nn, spec.torch_class):
+            try:
+                params = spec.torch_read(module)
+            except UnsupportedOpError as exc:
+                raise UnsupportedOpError(f"{where}: {exc}") from None
+            return [Activation(kind, tuple((k, params[k]) for k in spec.defaults), origin=where)]
     raise UnsupportedOpError(f"{where}: unsupported layer; supported: {SUPPORTED}")
 
 

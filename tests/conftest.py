@@ -50,9 +50,10 @@ def all_activations_net(order: int, inputs: int, gain: float = 1.0, seed: int = 
     hidden weights scaled by ``gain`` (large gains reach the tails of exp, log1p, tanh, erf)."""
     import torch
 
+    from compiler.activations import preset
     from training.architectures import ACTIVATION_NAMES, activation_module
 
-    acts = [a for a in ACTIVATION_NAMES if order == 1 or a not in ("relu", "leaky_relu", "hardtanh", "elu")]
+    acts = [a for a in ACTIVATION_NAMES if order == 1 or preset(a)[0].smooth]
     torch.manual_seed(seed)
     layers, width = [], inputs
     for act in acts:

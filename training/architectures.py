@@ -1,24 +1,24 @@
-"""Barrier network builders: plain ``nn.Sequential`` MLPs the compiler accepts as they are."""
+"""Barrier network builders: plain ``nn.Sequential`` MLPs the compiler accepts as they are.
+
+The activation names are the training presets of compiler.activations' table (e.g.
+'gelu_tanh' is the gelu entry with approximate=tanh); nothing here lists them again."""
 from __future__ import annotations
 
 from typing import Sequence
 
-ACTIVATION_NAMES = ("relu", "leaky_relu", "hardtanh", "elu", "tanh", "sigmoid", "softplus", "silu", "gelu",
-                    "gelu_tanh")
+from compiler.activations import ACTIVATIONS, preset
+
+ACTIVATION_NAMES = tuple(name for spec in ACTIVATIONS.values() for name in spec.presets)
 
 
 def activation_module(name: str, **params):
-    """An ``nn`` activation by name; params go to its constructor (e.g. beta for softplus)."""
-    import torch.nn as nn
-    factories = {
-        "relu": nn.ReLU, "leaky_relu": nn.LeakyReLU, "hardtanh": nn.Hardtanh, "elu": nn.ELU, "tanh": nn.Tanh,
-        "sigmoid": nn.Sigmoid, "softplus": nn.Softplus, "silu": nn.SiLU, "gelu": nn.GELU,
-        "gelu_tanh": lambda: nn.GELU(approximate="tanh"),
-    }
-    if name not in factories:
-        raise ValueError(f"unknown activation {name!r}; choose from {', '.join(ACTIVATION_NAMES)}")
-    return factories[name](**params)
-
+    """An ``nn`` activation by name; params (the table's parameter names, e.g. beta for softplus)
+    override the preset's."""
+    try:
+        spec, base = preset(name)
+    except KeyError:
+        raise ValueError(f"unknown activation {name!r}; choose from {', '.join(ACTIVATION_NAMES)}") from None
+    return spec.torch_module({**base, **params})
 
 def mlp(widths: Sequence[int], activation: str = "relu", seed: int | None = None, dtype=None, **params):
     """Linear / activation stack with widths [n_0, ..., n_d]; n_d must be 1 for a barrier."""

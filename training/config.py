@@ -12,12 +12,13 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from compiler.activations import preset
 from compiler.errors import CbfsimError
 
 from .architectures import ACTIVATION_NAMES
 
 # Activations whose second derivative is zero almost everywhere: useless for order 2.
-PIECEWISE_LINEAR = ("relu", "leaky_relu", "hardtanh")
+PIECEWISE_LINEAR = tuple(name for name in ACTIVATION_NAMES if preset(name)[0].piecewise_linear)
 
 
 class ConfigError(CbfsimError, ValueError):
@@ -196,9 +197,10 @@ def validate(cfg: TrainConfig, system) -> None:
         raise ConfigError(f"hidden must list layer widths >= 1, got {cfg.hidden!r}")
     if cfg.activation not in ACTIVATION_NAMES:
         raise ConfigError(f"activation {cfg.activation!r} unknown; choose from {', '.join(ACTIVATION_NAMES)}")
-    if cfg.order == 2 and cfg.activation in PIECEWISE_LINEAR:
-        raise ConfigError(f"activation {cfg.activation!r} has zero second derivative almost everywhere; "
-                          "order 2 needs a smooth one (e.g. softplus, tanh, silu)")
+    if cfg.order == 2 and not preset(cfg.activation)[0].smooth:
+        raise ConfigError(f"activation {cfg.activation!r} is not twice continuously differentiable "
+                          f"({preset(cfg.activation)[0].not_smooth}); order 2 needs a smooth one "
+                          "(e.g. softplus, tanh, silu)")
     if cfg.input_mask is not None:
         mask = cfg.input_mask
         if (not mask or len(set(mask)) != len(mask)

@@ -79,7 +79,16 @@ def compiled_source(model: Any, config: RunConfig, name: str = "barrier"):
         if model.options.order != config.order:
             raise ValueError(f"barrier compiled for order {model.options.order}, run asks order {config.order}")
         return model
-    return compile_model(model, inputs=config.plant().m, order=config.order, name=name)
+    return compile_model(model, inputs=config.plant().m, order=config.order, name=name, math=plant_math(config))
+
+
+def plant_math(config: RunConfig) -> tuple[str, ...]:
+    """The header math functions the plant's C++ calls (its 'math functions:' line), which the
+    barrier header must carry besides its own; ones the header cannot offer are reported by generate()."""
+    from compiler.cppmath import MATH_FUNCTIONS
+    plant = config.plant().cpp_source("cbf_config::plant", scalar="float", math_prefix="m_")
+    used = re.search(r"// math functions: (.*)", plant).group(1)
+    return tuple(fn for fn in re.findall(r"\w+", used) if fn in MATH_FUNCTIONS)
 
 
 def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "barrier") -> Generated:

@@ -1,0 +1,55 @@
+"""C++ text helpers shared by the activation bodies (compiler.activations) and the emitters:
+round-trip literals, the branch-free select, and the stable sigmoid / tanh forms."""
+from __future__ import annotations
+
+from typing import Callable
+
+from .errors import UnsupportedOpError
+
+Literal = Callable[[float], str]
+
+
+def literal(value: float, scalar: str) -> str:
+    """Round-trip literal: %.9g of the float32 value for float, %.17g for double."""
+    import numpy as np
+    if scalar == "float":
+        text = "%.9g" % float(np.float32(value))
+    else:
+        text = "%.17g" % float(value)
+    if not any(ch in text for ch in ".en"):
+        text += ".0"
+    if text in ("inf", "-inf", "nan"):
+        raise UnsupportedOpError(f"cannot print non-finite constant {value}")
+    return text + ("f" if scalar == "float" else "")
+
+
+def sel(cond: str, a: str, b: str) -> str:
+    """C++ for ``cond ? a : b`` through mx_select (no branch where loops should vectorize)."""
+    return f"mx_select({cond}, {a}, {b})"
+
+
+def sigmoid_lines(arg: str, L: Literal, complement: bool = True) -> list[str]:
+    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
+    pos = f"({arg}) >= {L(0)}"
+    lines = [
+        f"const scalar e = m_exp(-{sel(f'({arg}) < {L(0)}', f'-({arg})', f'({arg})')});",
+        f"const scalar r = {L(1)} / ({L(1)} + e);",
+        f"const scalar s = {sel(pos, 'r', 'e * r')};",
+    ]
+    if complement:
+        lines.append(f"const scalar sc = {sel(pos, 'e * r', 'r')};")
+    return lines
+
+
+def tanh_lines(arg: str, L: Literal) -> list[str]:
+    """t = tanh(arg) and sech2 = 1 - t^2 from em = expm1(-2|arg|) in (-1, 0]: no overflow,
+    no cancellation near 0, and sech2 = 4 (em + 1) / (em + 2)^2 stays accurate in the tails."""
+    neg = f"({arg}) < {L(0)}"
+    return [
+        f"const scalar ax = {sel(neg, f'-({arg})', f'({arg})')};",
+        f"const scalar em = m_expm1({L(-2)} * ax);",
+        f"const scalar den = em + {L(2)};",
+        "const scalar ta = -em / den;",
+        f"const scalar t = {sel(neg, '-ta', 'ta')};",
+        f"const scalar sech2 = {L(4)} * (em + {L(1)}) / (den * den);",
+    ]
