@@ -30,8 +30,6 @@ register reinterpret_cast requires return short signed sizeof static static_asse
 template this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile
 wchar_t while xor xor_eq std detail""".split())
 
-ABI_VERSION = 2
-
 
 def check_identifier(name: str) -> str:
     """A C++ identifier usable as a namespace (no keywords, no reserved leading underscore)."""
