@@ -30,18 +30,35 @@ for a, b in zip(widths[:-1], widths[1:]):
 model = Model(tuple(layers[:-1]), widths[0], name="cache_probe")
 x, f, G = rng.uniform(-1, 1, (5, 3)), rng.normal(size=(5, 3)), rng.normal(size=(5, 3, 2))
 """
-# Compiles MODEL (after a start signal, if given) and prints the library's path, its sha256
-# and h, L_f h, L_G h at the states as exact hex floats.
+# Compiles MODEL (after a start signal and a delay, if given) and prints the library's path,
+# its sha256 and h, L_f h, L_G h at the states as exact hex floats. With "slow", every C++
+# source written through Path.write_text takes 1 s between its first and second half, as
+# on a slow or loaded file system.
 WORKER = r"""
-import hashlib, json, sys, time
+import hashlib, json, pathlib, sys, time
 from pathlib import Path
 go = Path(sys.argv[1]) if len(sys.argv) > 1 else None
+if "slow" in sys.argv:
+    plain_write_text = pathlib.Path.write_text
+    def slow_write_text(self, data, *args, **kwargs):
+        if self.suffix not in (".hpp", ".cpp"):
+            return plain_write_text(self, data, *args, **kwargs)
+        with open(self, "w") as handle:
+            handle.write(data[:len(data) // 2])
+            handle.flush()
+            time.sleep(1.0)
+            handle.write(data[len(data) // 2:])
+        return len(data)
+    pathlib.Path.write_text = slow_write_text
+""" + MODEL + r"""
+from compiler.api import compile_model
+from cbfsim.runtime import compile_barrier
+compile_model(model, inputs=2)          # warm up, so that the start signal is the only offset
 if go is not None:                      # wait for the others: all compile at the same moment
     Path(str(go) + "." + sys.argv[2]).touch()
     while not go.exists():
         time.sleep(0.001)
-""" + MODEL + r"""
-from cbfsim.runtime import compile_barrier
+    time.sleep(float(sys.argv[3]))
 lib = compile_barrier(model, inputs=2, order=1, dtype="float")
 h, lf, lg = lib.lie(x, f, G)
 print(json.dumps({"library": str(lib.library_path),
@@ -50,12 +67,12 @@ print(json.dumps({"library": str(lib.library_path),
 """
 
 
-def _env(cache: Path) -> dict[str, str]:
-    return {**os.environ, "CBFSIM_CACHE": str(cache), "PYTHONPATH": str(ROOT)}
+def _env(cache: Path, **extra: str) -> dict[str, str]:
+    return {**os.environ, "CBFSIM_CACHE": str(cache), "PYTHONPATH": str(ROOT), **extra}
 
 
-def _probe(cache: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", WORKER, *args], env=_env(cache), cwd=ROOT,
+def _probe(cache: Path, *args: str, **env: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", WORKER, *args], env=_env(cache, **env), cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -75,9 +92,10 @@ def _reference_values() -> np.ndarray:
     return np.concatenate([h, lf, lg.ravel()])
 
 
-def _compiles_at_once(cache: Path, workers: int) -> list[dict]:
+def _compiles_at_once(cache: Path, workers: int, stagger: float = 0.0, slow: bool = False, **env: str) -> list[dict]:
     go = cache.parent / f"go-{cache.name}"
-    procs = [_probe(cache, str(go), str(i)) for i in range(workers)]
+    procs = [_probe(cache, str(go), str(i), str(i * stagger), *(["slow"] if slow else []), **env)
+             for i in range(workers)]
     deadline = time.monotonic() + 120
     while not all(Path(f"{go}.{i}").exists() for i in range(workers)) and time.monotonic() < deadline:
         time.sleep(0.005)
@@ -99,6 +117,18 @@ def test_four_processes_compiling_one_model_into_one_fresh_cache_all_succeed_wit
     got = np.array([float.fromhex(v) for v in results[0]["values"]])
     ref = _reference_values()
     assert np.max(np.abs(got - ref)) <= 1e-5 * np.max(np.abs(ref))
+
+
+def test_a_build_never_compiles_sources_another_process_is_still_writing(tmp_path, cxx):
+    """The old failure, made deterministic: each source write takes 1 s and the compiler 0.5 s to
+    start, so the first process's g++ (at about 2.5 s) reads its sources while the second (started
+    1.2 s later) is rewriting them in the shared folder (from 2.2 to 3.2 s) -- unless each
+    build has a folder of its own."""
+    slow_cxx = tmp_path / "slow-g++"
+    slow_cxx.write_text(f'#!/bin/sh\nsleep 0.5\nexec "{cxx}" "$@"\n')
+    slow_cxx.chmod(0o755)
+    results = _compiles_at_once(tmp_path / "cache", workers=2, stagger=1.2, slow=True, CXX=str(slow_cxx))
+    assert results[0]["sha256"] == results[1]["sha256"] and results[0]["values"] == results[1]["values"]
 
 
 def _entry(result: dict) -> tuple[Path, bytes]:
