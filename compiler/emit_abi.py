@@ -4,7 +4,7 @@ The ABI lives here whole: its version, the C entries this module emits and the c
 signature table ``compiler.load`` binds them with. Change one, change all three and bump
 ``ABI_VERSION`` (a library of another version is refused at load time).
 
-Scratch memory. Every evaluating entry takes a last argument ``void* ws``: null, or
+Scratch memory. Every evaluating entry but the float64 ones takes a last argument ``void* ws``: null, or
 ``kWorkspaceBytes`` bytes of the caller's memory (aligned for the scalar) that only this
 call uses. With null, a workspace of at most ``STACK_WORKSPACE_BYTES`` (64 KiB) goes on the
 entry's stack frame; a larger one needs the caller's memory, and the entry returns
@@ -25,17 +25,17 @@ NEEDS_WORKSPACE = 2                   # status: the workspace is above the stack
 
 _P, _I = ctypes.c_void_p, ctypes.c_int
 # name -> (restype, argtypes). The single-state float64 entries have argtypes None: only the
-# binding calls them, always with bytes objects, a c_double output array and None or a ctypes
-# buffer for ws, which ctypes passes as pointers as they are; declared c_void_p arguments
-# would cost 0.25 us more per call in conversions (6 arguments for lie2).
+# binding calls them, always with bytes objects and a c_double output array, which ctypes
+# passes as pointers as they are; declared c_void_p arguments would cost 0.25 us more per
+# call in conversions (6 arguments for lie2).
 SIGNATURES = {
     "cbf_abi_version": (_I, []),
     "cbf_scalar_bytes": (_I, []),
     "cbf_workspace_bytes": (ctypes.c_size_t, []),
     "cbf_dims": (_I, [ctypes.POINTER(_I)] * 3),
     "cbf_lie": (_I, [_P] * 5),                 # (x, f, G, out, ws)
-    "cbf_lie_f64": (_I, None),                 # (x, f, G: float64 bytes, out: c_double array, ws)
-    "cbf_lie2_f64": (_I, None),                # (x, f, G, Dff, DfG: float64 bytes, out, ws)
+    "cbf_lie_f64": (_I, None),                 # (x, f, G: float64 bytes, out: c_double array)
+    "cbf_lie2_f64": (_I, None),                # (x, f, G, Dff, DfG: float64 bytes, out)
     "cbf_lie_batch": (_I, [_I] + [_P] * 5),    # (N, X, F, G, out, ws)
     "cbf_lie2": (_I, [_P] * 7),
     "cbf_lie2_batch": (_I, [_I] + [_P] * 7),
@@ -53,17 +53,18 @@ def _workspace(name: str, on_stack: bool) -> list[str]:
             f"    {name}::Workspace& w = *static_cast<{name}::Workspace*>(ws);"]
 
 
-def _f64_entry(name: str, T: str, fn: str, outputs: str, arrays: tuple[str, ...], on_stack: bool) -> list[str]:
+def _f64_entry(name: str, T: str, fn: str, outputs: str, arrays: tuple[str, ...]) -> list[str]:
     """``cbf_<fn>_f64``: the Python runtime's single-state entry. The arrays come as float64
     bytes (numpy's tobytes, cheaper from Python than taking an array's address) and are
-    converted here into one buffer of the header's scalar."""
+    converted here into one buffer of the header's scalar. Emitted only when that buffer and
+    the workspace fit the stack limit, so it takes no ``ws`` (one argument less from Python)."""
     offsets, at = [], "0"
     for arr in arrays:
         offsets.append(at)
         at = _SIZES[arr] if at == "0" else f"{at} + {_SIZES[arr]}"
     params = ", ".join(f"const double* {arr}" for arr in arrays)
     lines = [f"// {fn} for the Python runtime's single-state path: float64 in and out, converted here.",
-             f"int cbf_{fn}_f64({params}, double* out, void* ws) {{",
+             f"int cbf_{fn}_f64({params}, double* out) {{",
              f"    constexpr int n = {name}::kStateDim;",
              f"    constexpr int m = {name}::kInputDim;",
              f"    {T} in[{at}];",
@@ -72,17 +73,19 @@ def _f64_entry(name: str, T: str, fn: str, outputs: str, arrays: tuple[str, ...]
         dest = "in[i]" if off == "0" else f"in[{off} + i]"
         lines.append(f"    for (int i = 0; i < {_SIZES[arr]}; ++i) {dest} = static_cast<{T}>({arr}[i]);")
     ptrs = ", ".join("in" if off == "0" else f"in + {off}" for off in offsets)
-    return lines + [*_workspace(name, on_stack),
-                    f"    const int status = {name}::{fn}({ptrs}, res, w);",
+    return lines + [f"    {name}::Workspace ws;",
+                    f"    const int status = {name}::{fn}({ptrs}, res, ws);",
                     f"    for (int i = 0; i < {name}::{outputs}; ++i) out[i] = static_cast<double>(res[i]);",
                     "    return status;",
                     "}",
                     ""]
 
 
-def f64_entries_fit(report: CostReport, fn: str) -> bool:
-    """Whether ``cbf_<fn>_f64``'s converted inputs and outputs fit the stack limit (else it is not
-    emitted, and the binding sends single states through the batch entry)."""
+def f64_entry_fits(report: CostReport, fn: str) -> bool:
+    """Whether ``cbf_<fn>_f64``'s workspace, converted inputs and outputs fit the stack limit (else
+    it is not emitted, and the binding sends single states through the batch entry)."""
+    if report.workspace_bytes > STACK_WORKSPACE_BYTES:
+        return False
     n, m = report.widths[0], report.m
     scalars = 2 * n + n * m + 2 + m if fn == "lie" else 3 * n + 2 * n * m + 3 + 2 * m   # inputs + outputs
     return scalars * report.scalar_bytes <= STACK_WORKSPACE_BYTES
@@ -126,8 +129,7 @@ def emit_abi(name: str, options: EmitOptions, report: CostReport) -> str:
         f"    return {name}::lie(x, f, G, out, w);",
         "}",
         "",
-        *(_f64_entry(name, T, "lie", "kLieOutputs", ("x", "f", "G"), on_stack) if f64_entries_fit(report, "lie")
-          else []),
+        *(_f64_entry(name, T, "lie", "kLieOutputs", ("x", "f", "G")) if f64_entry_fits(report, "lie") else []),
         "// Returns 0, or 1 if any state had NaN/Inf inputs (its outputs are NaN; the others are computed).",
         f"int cbf_lie_batch(int N, const {T}* X, const {T}* F, const {T}* G, {T}* out, void* ws) {{",
         f"    constexpr int n = {name}::kStateDim;",
@@ -143,8 +145,8 @@ def emit_abi(name: str, options: EmitOptions, report: CostReport) -> str:
     if options.order == 2:
         lines += [
             "",
-            *(_f64_entry(name, T, "lie2", "kLie2Outputs", ("x", "f", "G", "Dff", "DfG"), on_stack)
-              if f64_entries_fit(report, "lie2") else []),
+            *(_f64_entry(name, T, "lie2", "kLie2Outputs", ("x", "f", "G", "Dff", "DfG"))
+              if f64_entry_fits(report, "lie2") else []),
             f"int cbf_lie2(const {T}* x, const {T}* f, const {T}* G, const {T}* Dff, const {T}* DfG, {T}* out, "
             "void* ws) {",
             *ws,
