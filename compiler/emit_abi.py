@@ -47,7 +47,7 @@ SIGNATURES = {
 _SIZES = {"x": "n", "f": "n", "G": "n * m", "Dff": "n", "DfG": "n * m"}
 
 
-def _workspace(name: str, on_stack: bool) -> list[str]:
+def _workspace_lines(name: str, on_stack: bool) -> list[str]:
     """Lines binding ``w`` to this call's workspace: the caller's ``ws``, or one on this frame."""
     if on_stack:
         return [f"    {name}::Workspace stack_ws;",
@@ -99,7 +99,7 @@ def emit_abi(name: str, options: EmitOptions, report: CostReport) -> str:
     check_identifier(name)
     T = options.scalar
     on_stack = report.workspace_bytes <= STACK_WORKSPACE_BYTES
-    ws = _workspace(name, on_stack)
+    ws = _workspace_lines(name, on_stack)
     where = (f"on the entry's stack unless ws is given (at most {STACK_WORKSPACE_BYTES} bytes)" if on_stack else
              f"above the {STACK_WORKSPACE_BYTES}-byte stack limit, so ws is required (else status {NEEDS_WORKSPACE})")
     lines = [

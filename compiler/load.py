@@ -79,7 +79,7 @@ class CompiledLie:
             views.append(np.frombuffer(out, _F64, m, _F64_BYTES * (3 + m)))
         return (out, *views)
 
-    def _workspace(self):
+    def _workspace_buffer(self):
         """None (the entry's own stack), or this thread's buffer of ``workspace_bytes``."""
         if not self._own_workspace:
             return None
@@ -89,11 +89,6 @@ class CompiledLie:
             doubles = -(-self.workspace_bytes // _F64_BYTES)       # double-aligned, whole scalars
             buffer = self._per_thread.buffer = (ctypes.c_double * doubles)()
             return buffer
-
-    @staticmethod
-    def _check_status(status: int) -> None:
-        if status == NEEDS_WORKSPACE:
-            raise ToolchainError("the library needs caller workspace memory and got none (binding bug)")
 
     def _single(self, names, args, entry, out_type, batch_fn):
         """The general single-state path: convert, check shapes, call; returns the output array."""
@@ -118,7 +113,9 @@ class CompiledLie:
                 raise ShapeError(f"{key} must have shape {(batch, *self._shapes[key])}, got {arr.shape}")
             arrays.append(arr)
         out = np.empty((batch, k), dtype=self.dtype)
-        self._check_status(batch_fn(batch, *[a.ctypes.data for a in arrays], out.ctypes.data, self._workspace()))
+        status = batch_fn(batch, *[a.ctypes.data for a in arrays], out.ctypes.data, self._workspace_buffer())
+        if status == NEEDS_WORKSPACE:      # only if this binding and the library disagree on the limit
+            raise ToolchainError(f"{self.library_path}: the library needs workspace memory from the caller")
         return out.astype(np.float64)
 
     def _is_single(self, x) -> bool:

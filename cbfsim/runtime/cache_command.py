@@ -12,7 +12,8 @@ def cache_main(argv: Sequence[str]) -> int:
         prog="cbfsim cache", description="The build cache of compiled barriers ($CBFSIM_CACHE, else "
                                          "$XDG_CACHE_HOME/cbfsim, else ~/.cache/cbfsim).")
     parser.add_argument("action", choices=("info", "clear"),
-                        help="info: where it is, how many entries (and damaged ones), its size; clear: remove every entry")
+                        help="info: where it is, how many entries (and damaged ones), its size; "
+                             "clear: remove every entry")
     args = parser.parse_args(argv)
     if args.action == "info":
         print("\n".join(cache.info().lines()))
