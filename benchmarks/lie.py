@@ -16,7 +16,7 @@ Rows:
    ``lie``/``lie2`` 1000 times on seeded random states through a noinline wrapper;
    ``valgrind --tool=callgrind --toggle-collect=cbf_bench_call`` counts only inside it.
    Three builds: ``g++ -O3 -march=native`` (GCC's default fp-contract), ``g++ -O2``, and
-   the runtime's own flags (``cbfsim.runtime.build.CXXFLAGS``, -ffp-contract=off).
+   the runtime's own flags (``compiler.build.CXXFLAGS``, -ffp-contract=off).
    Compared with the targets, the hand-written one-sweep code and the published compiler.
 3. ns per call in a C loop: the same driver with the runtime flags (and, for reference, the
    -O3 -march=native build), std::chrono over 200k calls cycling through the states, 7
@@ -64,7 +64,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from cbfsim.runtime.build import has_avx512, valgrind_compatible  # noqa: E402
+from compiler.build import has_avx512, valgrind_compatible  # noqa: E402
 
 STATES = 1000
 TOL = 1e-4          # float32 results against float64 torch
@@ -130,7 +130,7 @@ int main(int argc, char** argv) {
 
 
 def build_flags() -> dict:
-    from cbfsim.runtime.build import CXXFLAGS
+    from compiler.build import CXXFLAGS
     return {"O3n": ("-std=c++17", "-O3", "-march=native"), "O2": ("-std=c++17", "-O2"),
             "rt": tuple(f for f in CXXFLAGS if f != "-shared")}
 
@@ -301,7 +301,7 @@ def measure(p: dict, args) -> dict:
 
 def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
     import torch
-    from cbfsim.runtime.build import compiler_version, find_compiler
+    from compiler.build import compiler_version, find_compiler
     cases, reports = [p["case"] for p in preps], [p["src"].report for p in preps]
     rows = []
 

@@ -5,6 +5,7 @@
     cbfsim compile --help     compile an ONNX barrier into a C++ header (the compiler's cbfc)
     cbfsim simulate --help    run the closed loop with a compiled barrier and write the trajectory and figures
     cbfsim certify --help     prove the barrier conditions (and the sampled-data loop) over the whole domain
+    cbfsim cache info|clear   show or empty the build cache of compiled barriers
 """
 from __future__ import annotations
 
@@ -115,16 +116,65 @@ def certify_main(argv: Sequence[str]) -> int:
     return 0 if cert.certified else 3
 
 
+def _card_beside(model: Path):
+    """(path, card) of the model card next to an ONNX file (STEM.json or model.json naming
+    this file, as training writes it), else None."""
+    from compiler.errors import CbfsimError
+    from training.model_card import load_card
+    for candidate in (model.with_suffix(".json"), model.parent / "model.json"):
+        try:
+            card = load_card(candidate) if candidate.is_file() else None
+        except (CbfsimError, OSError, ValueError):
+            continue
+        if card is not None and card.network.get("onnx") == model.name:
+            return candidate, card
+    return None
+
+
+def compile_main(argv: Sequence[str]) -> int:
+    """cbfc, knowing the plant when a model card is given (--card) or sits beside the ONNX file:
+    --inputs then defaults to the plant's m, and a larger --inputs is refused (a barrier compiled
+    for inputs the plant does not have is silently wrong)."""
+    parser = argparse.ArgumentParser(prog="cbfsim compile", add_help=False)
+    parser.add_argument("--card", type=Path)
+    parser.add_argument("--inputs", "-m", type=int)
+    known, rest = parser.parse_known_args(argv)
+    found = None
+    if known.card is not None:
+        from compiler.errors import CbfsimError
+        from training.model_card import load_card
+        try:
+            found = known.card, load_card(known.card)
+        except (CbfsimError, OSError) as exc:
+            print(f"cbfsim compile: error: {known.card}: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 1
+    else:
+        model = next((Path(a) for a in rest if a.lower().endswith(".onnx")), None)
+        found = _card_beside(model) if model is not None else None
+    if found is not None:
+        path, card = found
+        m = len(card.input_names)
+        if known.inputs is not None and known.inputs > m:
+            print(f"cbfsim compile: error: --inputs {known.inputs} is more than the {m} input(s) "
+                  f"({', '.join(card.input_names)}) of system {card.system!r} in {path}", file=sys.stderr)
+            return 2
+        known.inputs = m if known.inputs is None else known.inputs
+    from compiler.cli import main as cbfc
+    return cbfc(rest + ([] if known.inputs is None else ["--inputs", str(known.inputs)]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train", "verify", "compile", "simulate", "certify"}
+    commands = {"train", "verify", "compile", "simulate", "certify", "cache"}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip())
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     command, rest = argv[0], argv[1:]
     if command == "compile":
-        from compiler.cli import main as cbfc
-        return cbfc(rest)
+        return compile_main(rest)
+    if command == "cache":
+        from .runtime.cache_command import cache_main
+        return cache_main(rest)
     from compiler.errors import CbfsimError
     try:
         if command == "simulate":

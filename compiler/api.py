@@ -1,11 +1,12 @@
 """One orchestrator: load a model from any frontend, canonicalize, emit header + shim,
-write them atomically. The command line and the Python runtime both call this."""
+write them atomically (``compile_model``), or also build and load them (``compile_barrier``).
+The command line and the Python runtime both call this."""
 from __future__ import annotations
 
 import os
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cost import CostReport, cost_report
 from .emit_abi import emit_abi
@@ -15,6 +16,10 @@ from .identifiers import check_identifier, sanitize_identifier
 from .ir import Model
 from .limits import DEFAULT_LIMITS, Limits
 from .passes import canonicalize
+from .publish import atomic_write_all
+
+if TYPE_CHECKING:
+    from .load import CompiledLie
 
 
 @dataclass(frozen=True)
@@ -33,30 +38,6 @@ class CompiledSource:
         paths = (directory / f"{self.name}.hpp", directory / f"{self.name}_abi.cpp")
         atomic_write_all(dict(zip(paths, (self.header, self.abi))))
         return paths
-
-
-def atomic_write(path: Path, text: str) -> None:
-    atomic_write_all({path: text})
-
-
-def atomic_write_all(files: dict[Path, str]) -> None:
-    """Write every file to a short-named temporary beside it, then rename them all into place;
-    if anything fails, remove the temporaries and whatever was already renamed."""
-    temps: list[str] = []
-    done: list[Path] = []
-    try:
-        for path, text in files.items():
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".cbfsim-", suffix=".tmp")
-            temps.append(tmp)
-            with os.fdopen(fd, "w", newline="\n") as handle:
-                handle.write(text)
-        for tmp, path in zip(temps, files):
-            os.replace(tmp, path)
-            done.append(path)
-    except BaseException:
-        for leftover in [*map(Path, temps), *done]:
-            leftover.unlink(missing_ok=True)
-        raise
 
 
 def load_model(source, name: str | None = None, limits: Limits = DEFAULT_LIMITS,
@@ -98,4 +79,19 @@ def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", nam
     limits.check("max_workspace_bytes", plan.workspace_bytes,
                  f"the workspace of {model.name!r} ({plan.workspace_formula})")
     header, report = emit_header(model, options)
-    return CompiledSource(model.name, header, emit_abi(model.name, options), report, model, options)
+    return CompiledSource(model.name, header, emit_abi(model.name, options, report), report, model, options)
+
+
+def compile_barrier(model, inputs: int, order: int = 1, dtype: str = "float", name: str | None = None,
+                    extra_flags: tuple[str, ...] = (), layout: str = "sweep", limits: Limits | None = None,
+                    state_shape: tuple[int, ...] | None = None) -> CompiledLie:
+    """Compile a torch nn.Sequential, ONNX file or IR model, build it (cached by content) and
+    load it. ``layout``: "sweep" (all directions in one pass, fastest) or "min_memory" (one at
+    a time); ``limits``, ``state_shape``: as in ``compile_model``. The user-facing name is
+    ``cbfsim.runtime.compile_barrier`` (this function)."""
+    from .build import build_library
+    from .load import CompiledLie
+    source = compile_model(model, inputs=inputs, order=order, dtype=dtype, name=name, layout=layout,
+                           limits=limits or DEFAULT_LIMITS, state_shape=state_shape)
+    library = build_library(source.name, source.header, source.abi, extra_flags)
+    return CompiledLie(library, dtype, header_path=library.parent / f"{source.name}.hpp", report=source.report)

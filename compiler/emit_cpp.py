@@ -22,7 +22,6 @@ from .identifiers import check_identifier, include_guard, sanitize_identifier
 from .ir import Model, validate
 from .passes import require_smooth
 
-ABI_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -323,5 +322,5 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     return "\n".join(out), report
 
 
-__all__ = ["ABI_VERSION", "EmitOptions", "check_identifier", "emit_header", "header_math", "kernel",
+__all__ = ["EmitOptions", "check_identifier", "emit_header", "header_math", "kernel",
            "sanitize_identifier"]

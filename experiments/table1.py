@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from cbfsim.device import INSTRUCTIONS_PER_SYSTICK as INSTR_PER_TICK  # noqa: E402
-from cbfsim.runtime.build import valgrind_compatible  # noqa: E402
+from compiler.build import valgrind_compatible  # noqa: E402
 
 STATES = 1000
 O2 = ("-std=c++17", "-O2", "-ffp-contract=off", "-fno-math-errno")

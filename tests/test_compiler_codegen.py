@@ -202,7 +202,7 @@ int main() {
 def test_results_are_bit_identical_across_optimization_levels(cxx, tmp_path):
     """-O0 against the runtime's own flags (-O3 -march=native, vectorized), both without FMA
     contraction: every output bit equal, for every smooth activation and the header's own math."""
-    from cbfsim.runtime.build import CXXFLAGS
+    from compiler.build import CXXFLAGS
     compile_model(_all_activations_net(2), inputs=2, order=2, name="bits").write(tmp_path)
     runtime_flags = [f for f in CXXFLAGS if f not in ("-fPIC", "-shared")]
     outputs = []

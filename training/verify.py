@@ -1,6 +1,6 @@
 """Verify a shipped barrier the way it will run: through the compiled C++ (float32).
 
-The ONNX file is compiled with ``cbfsim.runtime.compile_barrier`` and evaluated batched on
+The ONNX file is compiled with ``compiler.api.compile_barrier`` and evaluated batched on
 a dense set of states of the card's domain (``samples`` seeded uniform states, or a full
 ``grid``).  At every state, with f, G (and f'f, f'G) from the card's plant in float64:
 
@@ -109,7 +109,7 @@ def _load_lib(model: Any, card: ModelCard, card_source: Any):
         path = path / card.network["onnx"]
     if not path.is_file():
         raise FileNotFoundError(f"barrier model {path} not found")
-    from cbfsim.runtime import compile_barrier
+    from compiler.api import compile_barrier
     return compile_barrier(str(path), inputs=len(card.input_names), order=card.order, dtype="float")
 
 
@@ -128,7 +128,7 @@ def verify(model: Any, card: ModelCard | Mapping[str, Any] | str | os.PathLike, 
     """Check the compiled barrier on ``samples`` seeded uniform states of the card's domain (or
     on a ``grid`` with that many points per axis); see the module docstring for the tests and
     the tolerance.  ``model``: an ONNX path, a directory holding it, a loaded
-    ``cbfsim.runtime`` library, or None (the card's ONNX file next to the card).
+    ``compile_barrier`` library, or None (the card's ONNX file next to the card).
     ``backup_samples`` > 0 also measures coverage of backup-rollout-safe states; ``boundary``
     states on the edge of the certified set are added (default: half as many as the uniform
     or grid states)."""

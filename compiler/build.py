@@ -4,6 +4,9 @@ The flags live here and nowhere else. They give the same bits as a firmware buil
 same header: no FMA contraction (-ffp-contract=off), IEEE semantics (no -ffast-math), and
 the header's own math functions, so neither vectorization nor -march=native can change
 any result (tests/test_compiler_exact.py checks -O0 against these flags bit for bit).
+
+The cache is safe to share between processes (pytest workers, a Dask cluster on one
+machine): see ``compiler.cache`` for how entries are published, verified and repaired.
 """
 from __future__ import annotations
 
@@ -11,11 +14,11 @@ import hashlib
 import os
 import shutil
 import subprocess
-import tempfile
 from functools import lru_cache
 from pathlib import Path
 
-from compiler.errors import ToolchainError
+from . import cache
+from .errors import ToolchainError
 
 CXXFLAGS = ("-std=c++17", "-O3", "-march=native", "-ffp-contract=off", "-fno-math-errno", "-fPIC", "-shared")
 INSTALL_HINT = "install a C++17 compiler, e.g. `apt-get install -y g++`, or point CXX at one"
@@ -34,12 +37,6 @@ def valgrind_compatible(flags: tuple[str, ...]) -> tuple[str, ...]:
     """Flags for a build that callgrind can count: valgrind 3.19 (Debian 12) cannot decode
     AVX-512, so on such CPUs -march=native gets -mno-avx512f (AVX2 code, same results)."""
     return flags + ("-mno-avx512f",) if "-march=native" in flags and has_avx512() else flags
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("CBFSIM_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "cbfsim")
-    return Path(root)
 
 
 def find_compiler() -> str:
@@ -72,24 +69,20 @@ def compiler_version(cxx: str) -> str:
 
 
 def build_library(name: str, header: str, abi: str, extra_flags: tuple[str, ...] = ()) -> Path:
-    """Compile (or reuse) the shared library for this exact source, flags and compiler."""
+    """The shared library for this exact source, flags, compiler and CPU: from the cache when a
+    verified entry exists, else compiled in a private folder and published into the cache."""
     cxx = find_compiler()
     flags = CXXFLAGS + tuple(extra_flags)
     key = hashlib.sha256("\0".join([name, header, abi, " ".join(flags), compiler_version(cxx),
-                                    cpu_fingerprint()]).encode()).hexdigest()
-    target_dir = cache_dir() / key[:32]
-    library = target_dir / f"lib{name}.so"
-    if library.exists():
-        return library
-    target_dir.mkdir(parents=True, exist_ok=True)
-    (target_dir / f"{name}.hpp").write_text(header)
-    (target_dir / f"{name}_abi.cpp").write_text(abi)
-    fd, tmp = tempfile.mkstemp(dir=target_dir, suffix=".so.tmp")
-    os.close(fd)
-    command = [cxx, *flags, str(target_dir / f"{name}_abi.cpp"), "-o", tmp]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        Path(tmp).unlink(missing_ok=True)
-        raise ToolchainError(f"building {name} failed", command, result.stderr)
-    os.replace(tmp, library)
-    return library
+                                    cpu_fingerprint()]).encode()).hexdigest()[:32]
+    library = f"lib{name}.so"
+
+    def compile_into(folder: Path) -> None:
+        (folder / f"{name}.hpp").write_text(header)
+        (folder / f"{name}_abi.cpp").write_text(abi)
+        command = [cxx, *flags, str(folder / f"{name}_abi.cpp"), "-o", str(folder / library)]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise ToolchainError(f"building {name} failed", command, result.stderr)
+
+    return cache.get_or_build(key, library, compile_into) / library

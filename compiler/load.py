@@ -1,0 +1,173 @@
+"""ctypes binding of a compiled barrier: numpy in, numpy (float64) out, shapes checked.
+
+Safe to share between threads (ctypes releases the GIL during each C call): every call gets
+its own output buffer, and its own workspace -- on the entry's stack when it is at most
+``emit_abi.STACK_WORKSPACE_BYTES``, else one buffer per thread allocated here (a thread
+runs one C call at a time, so the buffer is never used by two calls at once).
+"""
+from __future__ import annotations
+
+import ctypes
+import threading
+from pathlib import Path
+
+import numpy as np
+
+from .emit_abi import ABI_VERSION, NEEDS_WORKSPACE, SIGNATURES, STACK_WORKSPACE_BYTES
+from .errors import ShapeError, ToolchainError
+
+_F64 = np.dtype(np.float64)
+_ND = np.ndarray
+_F64_BYTES = 8
+
+
+class CompiledLie:
+    """A loaded barrier library. ``lie``/``lie2`` accept one state (n,) or a batch (B, n)."""
+
+    def __init__(self, library: Path, dtype: str = "float", header_path: Path | None = None, report=None):
+        self.library_path = Path(library)
+        self.header_path = header_path
+        self.report = report
+        self._lib = ctypes.CDLL(str(library))
+        if not hasattr(self._lib, "cbf_abi_version"):
+            raise ToolchainError(f"{library}: not a compiled barrier (no cbf_abi_version); recompile")
+        for fname, (restype, argtypes) in SIGNATURES.items():
+            fn = getattr(self._lib, fname, None)
+            if fn is not None:
+                fn.restype, fn.argtypes = restype, argtypes
+        version = self._lib.cbf_abi_version()
+        if version != ABI_VERSION:
+            raise ToolchainError(f"{library}: ABI version {version}, this runtime expects {ABI_VERSION}; recompile")
+        self.dtype = np.dtype(np.float32 if dtype == "float" else np.float64)
+        if self._lib.cbf_scalar_bytes() != self.dtype.itemsize:
+            raise ToolchainError(f"{library}: scalar is {self._lib.cbf_scalar_bytes()} bytes, expected {dtype}")
+        n, m, order = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+        self._lib.cbf_dims(ctypes.byref(n), ctypes.byref(m), ctypes.byref(order))
+        self.n, self.m, self.order = n.value, m.value, order.value
+        self.workspace_bytes = int(self._lib.cbf_workspace_bytes())
+        n, m = self.n, self.m
+        self._vec_shape, self._mat_shape = vec, mat = (n,), (n, m)
+        self._shapes = {"x": vec, "f": vec, "G": mat, "Dff": vec, "DfG": mat}
+        # Scratch memory: None lets the entry use its stack; above the limit, one buffer per thread.
+        self._own_workspace = self.workspace_bytes > STACK_WORKSPACE_BYTES
+        self._per_thread = threading.local()
+        # Single-state path, for closed loops that call once per step: float64 arrays of the
+        # right shape go as bytes (tobytes, any layout) into float64 entries that convert to
+        # the header's scalar in C. Each call takes a free output buffer from a list (pop and
+        # append are atomic under the GIL) and puts it back after copying the results out, so
+        # no two calls ever share one: 0.06 us instead of 0.2 us for a fresh ctypes array and
+        # numpy views of it. (One shared buffer gave threads each other's results.)
+        # Every numpy call, and taking an array's address, costs more from Python than the
+        # C call itself (benchmarks/lie.py: about 1.1 us per lie call, 1.7 us per lie2 call).
+        self._lie_out = ctypes.c_double * (2 + m)
+        self._lie2_out = ctypes.c_double * (3 + 2 * m)
+        self._lie_buffers: list[tuple] = []      # free output buffers (+ views) of the fast paths
+        self._lie2_buffers: list[tuple] = []
+        self._lie_f64 = getattr(self._lib, "cbf_lie_f64", None)
+        self._lie2_f64 = getattr(self._lib, "cbf_lie2_f64", None)
+        # The fast paths check shapes against these; (-1,) (no array has it) turns a path off
+        # without another test per call, when the library has no float64 entry (emitted only
+        # when the entry's buffers and workspace fit its stack).
+        self._lie_vec = vec if self._lie_f64 is not None else (-1,)
+        self._lie2_vec = vec if self._lie2_f64 is not None else (-1,)
+
+    def _new_buffers(self, out_type) -> tuple:
+        """A fresh output array and numpy views of its L_G h (and L_G L_f h) parts."""
+        out, m = out_type(), self.m
+        views = [np.frombuffer(out, _F64, m, 16)]
+        if out_type is self._lie2_out:
+            views.append(np.frombuffer(out, _F64, m, _F64_BYTES * (3 + m)))
+        return (out, *views)
+
+    def _workspace_buffer(self):
+        """None (the entry's own stack), or this thread's buffer of ``workspace_bytes``."""
+        if not self._own_workspace:
+            return None
+        try:
+            return self._per_thread.buffer
+        except AttributeError:
+            doubles = -(-self.workspace_bytes // _F64_BYTES)       # double-aligned, whole scalars
+            buffer = self._per_thread.buffer = (ctypes.c_double * doubles)()
+            return buffer
+
+    def _single(self, names, args, entry, out_type, batch_fn):
+        """The general single-state path: convert, check shapes, call; returns the output array."""
+        arrays = []
+        for key, value in zip(names, args):
+            value = np.asarray(value, dtype=np.float64)
+            if value.shape != self._shapes[key]:
+                raise ShapeError(f"{key} must have shape {self._shapes[key]}, got {value.shape}")
+            arrays.append(value)
+        if entry is None:        # no float64 entry (inputs above the stack limit): a batch of one
+            return self._batch(names, [a[None] for a in arrays], batch_fn, out_type._length_)[0]
+        out = out_type()
+        entry(*[a.tobytes() for a in arrays], out)
+        return np.frombuffer(out, dtype=np.float64)
+
+    def _batch(self, names, args, batch_fn, k: int) -> np.ndarray:
+        batch = np.shape(args[0])[0]
+        arrays = []
+        for key, value in zip(names, args):
+            arr = np.ascontiguousarray(value, dtype=self.dtype)
+            if arr.shape != (batch, *self._shapes[key]):
+                raise ShapeError(f"{key} must have shape {(batch, *self._shapes[key])}, got {arr.shape}")
+            arrays.append(arr)
+        out = np.empty((batch, k), dtype=self.dtype)
+        status = batch_fn(batch, *[a.ctypes.data for a in arrays], out.ctypes.data, self._workspace_buffer())
+        if status == NEEDS_WORKSPACE:      # only if this binding and the library disagree on the limit
+            raise ToolchainError(f"{self.library_path}: the library needs workspace memory from the caller")
+        return out.astype(np.float64)
+
+    def _is_single(self, x) -> bool:
+        ndim = x.ndim if type(x) is np.ndarray else np.ndim(x)
+        if ndim not in (1, 2):
+            raise ShapeError(f"x must have shape ({self.n},) or (B, {self.n}), got {np.shape(x)}")
+        return ndim == 1
+
+    def lie(self, x, f, G):
+        """(h, L_f h, L_G h): floats and (m,) for one state; (B,), (B,), (B, m) for a batch."""
+        vec, mat = self._lie_vec, self._mat_shape
+        # fast path (written out: a helper call per array would cost more than the C call)
+        if (type(x) is _ND and type(f) is _ND and type(G) is _ND
+                and x.dtype is _F64 and f.dtype is _F64 and G.dtype is _F64
+                and x.shape == vec and f.shape == vec and G.shape == mat):
+            try:
+                buffers = self._lie_buffers.pop()
+            except IndexError:
+                buffers = self._new_buffers(self._lie_out)
+            out, lgh = buffers
+            self._lie_f64(x.tobytes(), f.tobytes(), G.tobytes(), out)
+            result = out[0], out[1], lgh.copy()
+            self._lie_buffers.append(buffers)
+            return result
+        names, args = ("x", "f", "G"), (x, f, G)
+        if self._is_single(x):
+            res = self._single(names, args, self._lie_f64, self._lie_out, self._lib.cbf_lie_batch)
+            return float(res[0]), float(res[1]), res[2:]
+        res = self._batch(names, args, self._lib.cbf_lie_batch, 2 + self.m)
+        return res[:, 0], res[:, 1], res[:, 2:]
+
+    def lie2(self, x, f, G, Dff, DfG):
+        """(h, L_f h, L_G h, L_f^2 h, L_G L_f h); Dff = f'(x) f, DfG = f'(x) G."""
+        if self.order != 2:
+            raise ValueError("this barrier was compiled for order 1; compile with order=2 for lie2")
+        m, vec, mat = self.m, self._lie2_vec, self._mat_shape
+        if (type(x) is _ND and type(f) is _ND and type(G) is _ND and type(Dff) is _ND
+                and type(DfG) is _ND and x.dtype is _F64 and f.dtype is _F64 and G.dtype is _F64
+                and Dff.dtype is _F64 and DfG.dtype is _F64 and x.shape == vec and f.shape == vec
+                and G.shape == mat and Dff.shape == vec and DfG.shape == mat):
+            try:
+                buffers = self._lie2_buffers.pop()
+            except IndexError:
+                buffers = self._new_buffers(self._lie2_out)
+            out, lgh, lglfh = buffers
+            self._lie2_f64(x.tobytes(), f.tobytes(), G.tobytes(), Dff.tobytes(), DfG.tobytes(), out)
+            result = out[0], out[1], lgh.copy(), out[2 + m], lglfh.copy()
+            self._lie2_buffers.append(buffers)
+            return result
+        names, args = ("x", "f", "G", "Dff", "DfG"), (x, f, G, Dff, DfG)
+        if self._is_single(x):
+            res = self._single(names, args, self._lie2_f64, self._lie2_out, self._lib.cbf_lie2_batch)
+            return float(res[0]), float(res[1]), res[2:2 + m], float(res[2 + m]), res[3 + m:]
+        res = self._batch(names, args, self._lib.cbf_lie2_batch, 3 + 2 * m)
+        return res[:, 0], res[:, 1], res[:, 2:2 + m], res[:, 2 + m], res[:, 3 + m:]
