@@ -22,6 +22,7 @@ from .network import MaskedBarrier, export_onnx, full_widths, to_sequential
 ONNX_NAME = "model.onnx"
 STATE_NAME = "state_dict.pt"
 CARD_NAME = "model.json"
+CERT_NAME = "model.cert.json"           # the certifier's certificate (training against the certifier)
 CURVES_NAME = "training_curves.png"
 
 

@@ -42,7 +42,8 @@ SMOKE_PASSED = 4
 _EXPLICIT = {"system": "system", "params": "param", "hidden": "widths", "activation": "activation",
              "order": "order", "gamma": "gamma", "alpha1": "alpha1", "alpha2": "alpha2",
              "input_mask": "input_mask", "domain_lo": "domain_lo", "domain_hi": "domain_hi",
-             "u_min": "u_min", "u_max": "u_max", "rounds": "rounds", "max_time": "max_time", "seed": "seed"}
+             "u_min": "u_min", "u_max": "u_max", "rounds": "rounds", "max_time": "max_time", "seed": "seed",
+             "dt_control": "dt"}
 
 
 def _field_comments() -> dict[str, str]:
@@ -104,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
     t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
     t.add_argument("--seed", type=int, help="seed for torch and numpy")
+    t.add_argument("--dt", type=float, help="control period [s] the certifier proves the zero-order-hold loop "
+                                            "for (with --certify; 0: continuous time)")
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
                         "when it passes, and never ships")
@@ -170,10 +173,19 @@ def _train(args: argparse.Namespace) -> int:
     print(f"  trainer check ({check['n_checked']} states, float64): condition failures "
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
     _print_verification(result.verification)
+    if result.certificate is not None:
+        c = result.certificate
+        print(f"  certifier (dt {c.dt:g} s): {'CERTIFIED' if c.certified else 'NOT certified'}, margin {c.margin:g}, "
+              f"certified coverage {c.certified_coverage:.3f}, {c.boxes['evaluated']} boxes, {c.wall_time_s:.1f} s "
+              f"-> {args.out / 'model.cert.json'}")
     print(f"  training curves: {args.out / 'training_curves.png'}")
     if not result.passed:
         from .diagnose import diagnose
-        for line in diagnose(check, result.verification, result.card["state_names"]):
+        from .diagnose import diagnose_certificate
+        lines = diagnose(check, result.verification, result.card["state_names"])
+        if result.certificate is not None and not result.certificate.certified:
+            lines += diagnose_certificate(result.certificate, result.card["state_names"])
+        for line in lines:
             print(f"  {line}")
     if args.ship and args.quick:
         print(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")

@@ -81,6 +81,12 @@ class TrainConfig:
     max_time: float = 170.0             # [s] wall-clock budget for the rounds
     verify_samples: int = 200_000       # final compiled verification (independent seed)
     seed: int = 0
+    # training against the certifier (training.certified_training): after the sampled rounds
+    certify: bool = False               # run the certifier; its counterexamples join the pool
+    certify_rounds: int = 3             # certifier calls at most (each but the last followed by training)
+    certify_train_rounds: int = 3       # sampled rounds after each uncertified call
+    certify_time_limit: float = 120.0   # [s] per certifier call
+    dt_control: float = 0.0             # [s] control period certified (zero-order hold); 0: continuous
     # torch intra-op threads.  1 by default: for these small batches a second thread buys
     # nothing on an idle 2-core machine and, measured here with other jobs running, made each
     # training step 20-50x slower (the OpenMP workers spin waiting for a busy core).
@@ -163,8 +169,9 @@ def validate(cfg: TrainConfig, system) -> None:
     for name in ("gamma", "alpha1", "alpha2", "safe_margin", "unsafe_margin", "band", "lr", "backup_horizon",
                  "backup_dt", "max_time"):
         _positive(cfg, name)
-    for name in ("condition_margin", "w_safe", "w_unsafe", "w_condition", "safe_fraction"):
+    for name in ("condition_margin", "w_safe", "w_unsafe", "w_condition", "safe_fraction", "dt_control"):
         _positive(cfg, name, allow_zero=True)
+    _positive(cfg, "certify_time_limit")
     if not 0 <= cfg.safe_fraction < 1:
         raise ConfigError(f"safe_fraction must be in [0, 1), got {cfg.safe_fraction}")
     if not 0 <= cfg.ce_fraction < 1:
@@ -179,7 +186,7 @@ def validate(cfg: TrainConfig, system) -> None:
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     for name in ("n_boundary", "steps_per_round", "warm_start_steps", "min_rounds", "check_boundary",
-                 "ce_neighbours", "ce_max_per_round", "seed"):
+                 "ce_neighbours", "ce_max_per_round", "seed", "certify_rounds", "certify_train_rounds"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")

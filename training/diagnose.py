@@ -29,6 +29,21 @@ KNOBS = {
         "--w-safe (raise), --warm-start-steps (raise): start from the scaled constraint",
         "check --domain-lo/--domain-hi: the box must contain the constraint set",
     ],
+    "sampled_data": [
+        "--activation softplus (or tanh): a ReLU gradient jumps across ridges, so no margin covers a held input",
+        "--dt (lower): a shorter control period needs a smaller margin",
+        "--condition-margin (raise): the filter margin eps the certifier needs is a condition margin",
+        "--gamma (raise): a steeper class-K function leaves more slack over one period",
+    ],
+    "feasibility": [
+        "--condition-margin (raise): the certifier needs Phi >= eps > 0 on the whole set, not Phi >= 0",
+        "--w-condition (raise), --safe-fraction (raise): a smaller set the input can hold",
+    ],
+    "undecided": [
+        "--certify-time-limit (raise): the certifier ran out of time or boxes before deciding every box",
+        "--certify-rounds (raise): more rounds feed the undecided boxes' centres and corners back",
+        "--activation softplus (or tanh): smooth barriers need fewer, larger boxes",
+    ],
     "relative_degree": [
         "--input-mask: feed the network only states the input does not act on directly (order 2 needs L_G h = 0)",
     ],
@@ -65,4 +80,22 @@ def diagnose(final_check: Mapping[str, Any], verification: Mapping[str, Any] | N
     if v.get("max_abs_LGh"):
         lines.append(f"order 2 needs L_G h = 0, but |L_G h| reaches {v['max_abs_LGh']:.3g}")
         lines += [f"  try {k}" for k in KNOBS["relative_degree"]]
+    return lines
+
+
+def diagnose_certificate(cert: Any, state_names: Sequence[str]) -> list[str]:
+    """Lines for an uncertified barrier: the certifier's reason, each refuted condition with
+    where its counterexamples lie, the undecided boxes, and the knobs that usually help."""
+    lines = [f"the certifier did not certify it (dt {cert.dt:g} s): {cert.reason}"]
+    failed = [name for name, res in cert.conditions.items() if res.counterexamples]
+    for name in failed:
+        examples = cert.conditions[name].counterexamples
+        lines.append(f"{name} refuted at {len(examples)} state(s): {_region(examples, state_names)}")
+        lines += [f"  try {k}" for k in KNOBS.get(name, KNOBS["condition"] if name != "containment"
+                                                 else KNOBS["containment"])]
+    if cert.boxes.get("undecided"):
+        boxes = [{"x": b["lo"]} for b in cert.undecided] + [{"x": b["hi"]} for b in cert.undecided]
+        lines.append(f"{cert.boxes['undecided']} boxes undecided"
+                     + (f", e.g. {_region(boxes, state_names)}" if cert.undecided else ""))
+        lines += [f"  try {k}" for k in KNOBS["undecided"]]
     return lines

@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .artifacts import CARD_NAME, CURVES_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
+from .artifacts import CARD_NAME, CERT_NAME, CURVES_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
 from .check import CheckResult, check
 from .config import ConfigError, TrainConfig
 from .lie import lie_terms
@@ -48,6 +48,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     final_check: dict[str, float] = field(default_factory=dict)
     verification: dict[str, Any] | None = None
+    certificate: Any = None                  # training.certify.Certificate when cfg.certify
 
     def __repr__(self) -> str:
         check = self.final_check
@@ -139,13 +140,13 @@ def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool,
     return totals
 
 
-def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None
+def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None, ce: Pool | None = None
                 ) -> tuple[MaskedBarrier, CheckResult, list, int]:
+    """Sampled counterexample rounds; ``ce``: counterexamples to start from (the certifier's)."""
     from tqdm import tqdm
 
     opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
-    ce: Pool | None = None
-    recent: Pool | None = None
+    recent: Pool | None = ce
     history: list[dict[str, float]] = []
     best: tuple[int, MaskedBarrier, CheckResult] | None = None
     bar = tqdm(range(cfg.rounds), desc=f"train {cfg.system}", disable=not _progress_enabled(progress),
@@ -206,30 +207,63 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
                             center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2)
     _warm_start(barrier, pool, tools, config, gen)
     barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress)
+    certificate, cert_history = None, []
+    if config.certify:
+        barrier, final, certificate, cert_history = _certify_rounds(barrier, final, pool, system, tools, config,
+                                                                    res, gen, t0, progress, history)
     train_time = time.perf_counter() - t0
     training = {"time_s": round(train_time, 3), "rounds": rounds, "final_check": final.summary(),
                 "history": history, "n_positive": int(pool.pos.sum()), "n_negative": int(pool.neg.sum()),
                 "n_lost": int(pool.lost.sum()),
                 "constraint_max": cmax, "torch": torch.__version__,
                 "note": "final_check: the trainer's float64 autograd check of the returned network"}
+    if config.certify:
+        training["certify_history"] = cert_history
     card = build_card(config, system, res, training)
     verification = None
     if out_dir is not None:
         with atomic_directory(out_dir, overwrite=overwrite) as tmp:
-            verification = _export_and_verify(tmp, barrier, card, config, verify)
+            verification = _export_and_verify(tmp, barrier, card, config, verify, certificate)
         out = Path(out_dir)
     else:
         with tempfile.TemporaryDirectory() as tmp:
-            verification = _export_and_verify(Path(tmp), barrier, card, config, verify)
+            verification = _export_and_verify(Path(tmp), barrier, card, config, verify, certificate)
         out = None
     nonempty = (final.coverage or 0.0) > 0.0
     passed = final.failures == 0 and nonempty and (verification is None or bool(verification["passed"]))
+    passed = passed and (certificate is None or certificate.certified)
     return TrainResult(barrier, card.to_dict(), out, passed, train_time, rounds, history, final.summary(),
-                       verification)
+                       verification, certificate)
 
 
-def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: TrainConfig, verify: bool):
+def _certify_rounds(barrier, final, pool, system, tools, cfg, res, gen, t0, progress, history):
+    """The certifier as the oracle after the sampled rounds (training.certified_training):
+    its counterexamples and undecided boxes' centres and corners seed the counterexample pool
+    of ``cfg.certify_train_rounds`` more sampled rounds, then it runs again."""
+    from .certified_training import certify_rounds
+    state = {"final": final, "barrier": barrier}
+    retrain = cfg.replace(rounds=cfg.certify_train_rounds, min_rounds=cfg.certify_train_rounds,
+                          lr=cfg.lr * cfg.lr_floor, max_time=float("inf"))
+
+    def train_more(points: np.ndarray) -> MaskedBarrier:
+        ce = _ce_pool(system, tools, cfg, res, points, np.random.default_rng([cfg.seed, 13, len(history)]))
+        trained, state["final"], more, _ = _run_rounds(state["barrier"], pool, system, tools, retrain, res, gen, t0,
+                                                        progress, ce)
+        history.extend(more)
+        state["barrier"] = trained
+        return trained
+
+    card = build_card(cfg, system, res, {})
+    log = print if _progress_enabled(progress) else (lambda *_: None)
+    barrier, certificate, cert_history = certify_rounds(barrier, card, train_more, cfg, res.lo, res.hi, log=log)
+    return barrier, state["final"], certificate, cert_history
+
+
+def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: TrainConfig, verify: bool,
+                       certificate=None):
     write_model_files(directory, barrier)
+    if certificate is not None:
+        certificate.to_json(directory / CERT_NAME)
     verification = None
     if verify:
         from .verify import verify as run_verify
