@@ -46,14 +46,24 @@ class ExperimentSpec:
     models_dir: Path = field(default=Path(__file__).resolve().parent.parent / "experiments" / "models")
 
 
-def _filters(card, system, order: int):
-    """(batched filter: exact projection, showcase filter: OSQP), from the card's class-K gains."""
+def _filters(card, system, order: int, margin: float = 0.0):
+    """(batched filter: exact projection, showcase filter: OSQP), from the card's class-K gains,
+    each enforcing its constraint row with ``margin`` (the certificate's filter margin eps: the
+    certificate holds only for a filter that enforces exactly that margin)."""
     gains = card.gains
-    if order == 1:
-        alpha = Linear(gains["gamma"])
-        return CBFProjection(system, alpha), CBFQP(system, alpha)
-    alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
-    return HOCBFQP(system, alpha1, alpha2, solver="projection"), HOCBFQP(system, alpha1, alpha2, solver="osqp")
+    extra = {"margin": float(margin)} if margin else {}
+    try:
+        if order == 1:
+            alpha = Linear(gains["gamma"])
+            return CBFProjection(system, alpha, **extra), CBFQP(system, alpha, **extra)
+        alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
+        return (HOCBFQP(system, alpha1, alpha2, solver="projection", **extra),
+                HOCBFQP(system, alpha1, alpha2, solver="osqp", **extra))
+    except TypeError as exc:
+        if extra and "margin" in str(exc):
+            raise RuntimeError(f"the certificate needs a filter margin of {margin:g}, but these filters take no "
+                               "margin= argument") from exc
+        raise
 
 
 def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
@@ -139,7 +149,9 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     order = card.order
     lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
     barrier = CompiledBarrier(lib)
-    batch_filter, showcase_filter = _filters(card, system, order)
+    certificate = load_certificate(card_path)
+    margin = float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
+    batch_filter, showcase_filter = _filters(card, system, order, margin)
     lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
     runs = spec.runs if runs is None else runs
     t_final = spec.t_final if t_final is None else t_final
@@ -147,7 +159,6 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     # {h >= 0}, or {h >= 0, psi1 >= 0} for order 2
     certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
     X0 = _initial_states(certified, lo, hi, runs, seed)
-    certificate = load_certificate(card_path)
     showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
     findings = card_findings(card, certificate) + initial_state_findings(
         system.constraint(showcase_x0), certified(showcase_x0))
@@ -183,6 +194,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
                    "coverage": report.coverage_safe_set, "coverage_h_nonnegative": report.coverage,
                    "states": report.n_states, "method": report.method},
         "certificate": certificate_entry(certificate),
+        "filter_margin": margin,         # eps of the rows a + b.u >= eps (the certificate's, when certified)
         "preflight": preflight,
         "header_workspace_bytes": lib.workspace_bytes,
         "timing_s": {k: v for k, v in filtered.metadata["timing"].items() if k.endswith("_s")},
