@@ -11,6 +11,9 @@
   lane by steering alone (not by stopping, which would leave the v range).
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
+
+``dt_control`` is each experiment's control period: the period ``--certify`` (and
+``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
 """
 from __future__ import annotations
 
@@ -24,16 +27,16 @@ PI = math.pi
 PRESETS: dict[str, TrainConfig] = {
     "vdp": TrainConfig(
         system="van_der_pol", hidden=[64, 64], activation="relu", order=1, gamma=1.0,
-        backup_horizon=2.0, backup_dt=0.02, rounds=20, seed=0),
+        backup_horizon=2.0, backup_dt=0.02, rounds=20, seed=0, dt_control=0.01),
     "bicycle": TrainConfig(
         system="bicycle", hidden=[32, 32], activation="relu", order=1, gamma=5.0, input_mask=[1, 2],
         domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
         backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], label_lost=True, safe_fraction=0.3,
-        w_condition=5.0, rounds=60, seed=0),
+        w_condition=5.0, rounds=60, seed=0, dt_control=0.01),
     "pendulum": TrainConfig(
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
-        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0),
+        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
 }
 
 
