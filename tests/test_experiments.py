@@ -45,3 +45,18 @@ def test_experiment_fast_mode(name, tmp_path, cxx):
     for figure in ("phase_portrait.png", "phase_portrait_random.png", "showcase_time_series.png"):
         assert (tmp_path / figure).stat().st_size > 10_000
     assert status == 0
+
+
+@pytest.mark.parametrize("name,order", [("vdp", 1), ("pendulum", 2)])
+def test_experiment_filters_enforce_the_certificates_margin(name: str, order: int) -> None:
+    import inspect
+
+    from cbfsim.experiment import _filters, shipped_model
+    from cbfsim.filters import CBFQP
+    if "margin" not in inspect.signature(CBFQP).parameters:
+        pytest.skip("the filters take no margin= yet (branch loop-filter)")
+    card, system, _, _ = shipped_model(_spec(name).SPEC)
+    for filt in _filters(card, system, order, margin=0.03):
+        assert filt.margin == 0.03
+    for filt in _filters(card, system, order):
+        assert filt.margin == 0.0
