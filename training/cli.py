@@ -105,7 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
     t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
     t.add_argument("--seed", type=int, help="seed for torch and numpy")
-    t.add_argument("--dt", type=float, help="control period [s] the certifier proves the zero-order-hold loop "
+    t.add_argument("--dt", "--dt-control", dest="dt", type=float, help="control period [s] the certifier proves the zero-order-hold loop "
                                             "for (with --certify; 0: continuous time)")
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
