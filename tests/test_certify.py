@@ -204,3 +204,15 @@ def test_command_line_exit_codes_certificate_and_one_line_errors(diamond, tmp_pa
     refused = _cli(str(VDP_CARD.parent / "vdp.onnx"), str(relu_card))
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "relu" in refused.stderr
     assert _cli(str(onnx)).returncode == 2
+
+
+def test_a_dimension_only_the_plant_reads_is_split_even_when_the_network_gradient_is_a_rounding_speck():
+    """The pendulum's h reads theta alone; its outward-rounded d h / d theta_dot is a tiny
+    nonzero width. Once theta is thin, theta_dot (full range) must be the edge to halve."""
+    from training.certify.branch import split_dimension
+    width = np.array([[3e-9, 2.5]])
+    span = np.array([np.pi, 2.5])
+    grad = np.array([[4.0, 1e-300]])
+    read = np.array([True, False])
+    split = np.array([True, True])
+    assert split_dimension(width, np.where(read, grad, 0.0), split, span)[0] == 1

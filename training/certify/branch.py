@@ -89,7 +89,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
         res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
         open_ = ~leaf
-        dim = split_dimension(bhi - blo, bounds.grad_mag, split, span)
+        dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), split, span)
         too_small = rel[np.arange(len(dim)), dim] < min_width
         stuck = open_ & too_small
         if stuck.any():
@@ -123,7 +123,9 @@ def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, 
     """The edge to halve: the largest w_i |dh/dx_i| + (w_i / span_i) m among the splittable
     dimensions -- the variation of h along the edge, plus a share m (the smallest nonzero
     variation of h across the domain) for the plant's dependence, so that a dimension the
-    network ignores but f reads (the bicycle's v) is still split."""
+    network ignores but f reads (the bicycle's v) is still split. Callers pass 0 for the
+    dimensions the network does not read: their outward-rounded gradient bound is a tiny
+    nonzero width, which would make m tiny and starve those dimensions of splits."""
     g = np.where(np.isfinite(grad_mag), grad_mag, 1e300)
     across = np.where(split & (g > 0), g * span, np.inf)
     m = np.min(across, axis=1, keepdims=True)
