@@ -61,9 +61,9 @@ def clip_same_np(x: float, lo: float, hi: float) -> float:
 
 def normalise_one(a: float, b: float) -> tuple[float, float] | None:
     """``base.normalise_rows`` for one row with one input, or None where it takes its
-    rescaled branch (a norm outside NORM_RANGE other than 0)."""
+    rescaled branch (b != 0 with a norm outside NORM_RANGE, 0 included: b * b underflows)."""
     norm = math.sqrt(0.0 + b * b)
-    if norm > 0 and not (NORM_RANGE[0] <= norm <= NORM_RANGE[1]):
+    if b != 0 and not (NORM_RANGE[0] <= norm <= NORM_RANGE[1]):
         return None
     scale = norm if norm > 0 else 1.0
     return a / scale, b / scale
