@@ -164,9 +164,10 @@ def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray
     so every finite nonzero row gets unit gain (the plain formula would give 0 or a NaN row);
     a / ||b|| may then overflow to +-inf, which the solvers treat as the decided row it is.
     Rows whose norm is in NORM_RANGE use the plain formula (the same bits as always)."""
-    norm = np.sqrt(np.einsum("bkm,bkm->bk", b, b))
-    scale = np.where(norm > 0, norm, 1.0)
-    an, bn = a / scale, b / scale[..., None]
+    with np.errstate(over="ignore", under="ignore"):
+        norm = np.sqrt(np.einsum("bkm,bkm->bk", b, b))
+        scale = np.where(norm > 0, norm, 1.0)
+        an, bn = a / scale, b / scale[..., None]
     odd = ~((norm >= NORM_RANGE[0]) & (norm <= NORM_RANGE[1]))
     if odd.any():
         big = np.abs(b).max(axis=-1, initial=0.0)
@@ -174,7 +175,8 @@ def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray
         if odd.any():
             bs = b[odd] / big[odd][:, None]
             n2 = np.sqrt(np.einsum("rm,rm->r", bs, bs))             # in [1, sqrt(m)]: no overflow
-            an[odd] = (a[odd] / big[odd]) / n2
+            with np.errstate(over="ignore"):
+                an[odd] = (a[odd] / big[odd]) / n2
             bn[odd] = bs / n2[:, None]
     return an, bn
 

@@ -72,7 +72,7 @@ def project_halfspace_box(a: Any, b: Any, u_nom: Any, u_min: Any, u_max: Any,
     feasible = g_inf >= 0
 
     # breakpoints: coordinate j moves with lam on (t1_j, t2_j), both clamped at >= 0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # t = inf for a tiny b_j
         t_lo = (lo - u_nom) / b
         t_hi = (hi - u_nom) / b
     t1 = np.where(pos, t_lo, np.where(neg, t_hi, 0.0)).clip(min=0.0)
