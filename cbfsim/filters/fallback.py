@@ -28,7 +28,7 @@ from .base import FilterResult, FilterStatus
 
 
 class FallbackKind(IntEnum):
-    """The policies (their codes are generated into firmware/common/filter_status.hpp)."""
+    """The fault policies a filter can apply; the codes are shared with the firmware."""
 
     HOLD = 0
     CONTROLLER = 1
