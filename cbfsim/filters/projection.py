@@ -150,16 +150,20 @@ class ProjectionRowSolver:
         u = placeholder_input(u_nom, self.u_min, self.u_max)
         slack = np.zeros(B)
         status = np.full(B, FilterStatus.FALLBACK, dtype=np.int8)
+        every = bool(ok.all())
         with np.errstate(invalid="ignore", over="ignore"):
-            an, bn = normalise_rows(np.where(ok, a, 0.0)[:, None], np.where(ok[:, None], b, 0.0)[:, None, :])
-        # a row that overflowed to +-inf is decided by the box, unless the box is unbounded
-        # along it (then no finite answer exists to compare with): fault
-            reach = np.where(bn[:, 0] != 0, np.abs(bn[:, 0]) * self._extent, 0.0).sum(axis=1)
-        ok &= np.isfinite(an[:, 0]) | np.isfinite(reach)
+            an, bn = normalise_rows((a if every else np.where(ok, a, 0.0))[:, None],
+                                    (b if every else np.where(ok[:, None], b, 0.0))[:, None, :])
+            if not np.isfinite(an).all():
+                # a row that overflowed to +-inf is decided by the box, unless the box is
+                # unbounded along it (then no finite answer exists to compare with): fault
+                reach = np.where(bn[:, 0] != 0, np.abs(bn[:, 0]) * self._extent, 0.0).sum(axis=1)
+                ok &= np.isfinite(an[:, 0]) | np.isfinite(reach)
         if ok.any():
-            p = project_halfspace_box(an[ok, 0], bn[ok, 0], u_nom[ok], self.u_min, self.u_max, self.slack_penalty)
-            u[ok] = p.u
-            slack[ok] = row_violation(a[ok][:, None], b[ok][:, None, :], p.u, an[ok], bn[ok])
-            status[ok] = status_from_slack(slack[ok], self.slack_tol)
+            sel = slice(None) if ok.all() else ok       # (a view when every row is solved)
+            p = project_halfspace_box(an[sel, 0], bn[sel, 0], u_nom[sel], self.u_min, self.u_max, self.slack_penalty)
+            u[sel] = p.u
+            slack[sel] = row_violation(a[sel][:, None], b[sel][:, None, :], p.u, an[sel], bn[sel])
+            status[sel] = status_from_slack(slack[sel], self.slack_tol)
         elapsed = time.perf_counter() - start
         return FilterResult(u=u, slack=slack, status=status, solve_time=np.full(B, elapsed / max(B, 1)))
