@@ -168,7 +168,7 @@ def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray
         norm = np.sqrt(np.einsum("bkm,bkm->bk", b, b))
         scale = np.where(norm > 0, norm, 1.0)
         an, bn = a / scale, b / scale[..., None]
-    odd = ~((norm >= NORM_RANGE[0]) & (norm <= NORM_RANGE[1]))
+    odd = (norm < NORM_RANGE[0]) | (norm > NORM_RANGE[1])             # (a NaN row is left as it is)
     if odd.any():
         big = np.abs(b).max(axis=-1, initial=0.0)
         odd &= (big > 0) & np.isfinite(big)

@@ -107,8 +107,7 @@ class FaultPolicy:
             u = u.copy()
             u[fault] = self._inputs(x, fault)
             result = replace(result, u=u)
-        ok = status == FilterStatus.OK
-        self._last[ok] = u[ok]
+        np.copyto(self._last, u, where=(status == FilterStatus.OK)[:, None])
         return result
 
     def _inputs(self, x: Any, fault: np.ndarray) -> np.ndarray:

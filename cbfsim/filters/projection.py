@@ -147,10 +147,10 @@ class ProjectionRowSolver:
         a = check_shape(a, (B, 1), "row offsets a")[:, 0]
         b = check_shape(b, (B, 1, self.m), "row gains b")[:, 0, :]
         ok = np.isfinite(a) & np.isfinite(b).all(axis=1) & np.isfinite(u_nom).all(axis=1)
-        u = placeholder_input(u_nom, self.u_min, self.u_max)
+        every = bool(ok.all())
+        u = np.clip(u_nom, self.u_min, self.u_max) if every else placeholder_input(u_nom, self.u_min, self.u_max)
         slack = np.zeros(B)
         status = np.full(B, FilterStatus.FALLBACK, dtype=np.int8)
-        every = bool(ok.all())
         with np.errstate(invalid="ignore", over="ignore"):
             an, bn = normalise_rows((a if every else np.where(ok, a, 0.0))[:, None],
                                     (b if every else np.where(ok[:, None], b, 0.0))[:, None, :])
