@@ -3,6 +3,10 @@ general array path, over random closed-loop-like sequences and edge cases, and
 CBFSIM_FAST_PATHS=0 switches them off."""
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -10,6 +14,7 @@ from cbfsim.barriers import LieTerms, LieTerms2
 from cbfsim.classk import Linear, Tanh
 from cbfsim.filters import CBFQP, HOCBFQP, CBFProjection, FilterStatus, ProjectionRowSolver, QPRowSolver
 from cbfsim.filters import _fast
+from cbfsim.filters.base import set_fast_paths
 from systems import get_system
 
 EDGE_VALUES = [0.0, -0.0, 1e-300, -1e-200, 1e-150, 3e-141, 1e-7, 1.0, -2.0, 2.0, 1e6, -1e6 - 1, 1e7, 1e141,
@@ -62,10 +67,13 @@ def test_fast_path_bits_equal_general_path(kind, margin, monkeypatch):
     statuses = set()
     for u_nom, terms in steps:
         with np.errstate(over="ignore", invalid="ignore"):     # alpha of a huge h overflows
-            monkeypatch.setenv("CBFSIM_FAST_PATHS", "1")
+            set_fast_paths(True)
             r1 = fast.filter(np.zeros((1, 2)), u_nom, terms)
-            monkeypatch.setenv("CBFSIM_FAST_PATHS", "0")
-            r2 = general.filter(np.zeros((1, 2)), u_nom, terms)
+            set_fast_paths(False)
+            try:
+                r2 = general.filter(np.zeros((1, 2)), u_nom, terms)
+            finally:
+                set_fast_paths(True)
         for name in ("u", "slack", "status"):
             assert np.array_equal(getattr(r1, name), getattr(r2, name)), (name, u_nom, terms, r1, r2)
         statuses.add(int(r1.status[0]))
@@ -81,10 +89,18 @@ def test_switch_turns_every_filter_fast_path_off(monkeypatch):
         monkeypatch.setitem(_fast._TWINS, solver_type, lambda *a: calls.append(a))
     terms = LieTerms(h=np.array([0.1]), Lf=np.array([-1.0]), Lg=np.array([[1.0]]))
     for filt in (CBFQP((-np.ones(1), np.ones(1))), CBFProjection((-np.ones(1), np.ones(1)))):
-        monkeypatch.setenv("CBFSIM_FAST_PATHS", "0")
-        filt.filter(None, np.array([[0.0]]), terms)
+        previous = set_fast_paths(False)
+        try:
+            filt.filter(None, np.array([[0.0]]), terms)
+        finally:
+            set_fast_paths(previous)
         assert calls == []
-        monkeypatch.setenv("CBFSIM_FAST_PATHS", "1")
         filt.filter(None, np.array([[0.0]]), terms)
         assert len(calls) == 1
         calls.clear()
+    # the environment variable sets the switch when the package is imported
+    code = "from cbfsim.filters.base import fast_paths_enabled as f; print(f())"
+    for value, expected in (("0", "False"), ("1", "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env={**os.environ, "CBFSIM_FAST_PATHS": value}).stdout.strip()
+        assert out == expected

@@ -137,10 +137,22 @@ def nominal_batch(u_nom: Any, m: int) -> np.ndarray:
     return as_batch(u_nom, m, "u_nom")
 
 
+_fast_paths = os.environ.get(FAST_PATHS_ENV, "1") != "0"
+
+
 def fast_paths_enabled() -> bool:
-    """False when the environment sets CBFSIM_FAST_PATHS=0 (read on every call, so tests can
-    compare both paths in one process)."""
-    return os.environ.get(FAST_PATHS_ENV, "1") != "0"
+    """False when CBFSIM_FAST_PATHS=0 was set as cbfsim.filters was imported (read once: an
+    environment lookup costs a fifth of a single-state filter call), or after
+    ``set_fast_paths(False)``."""
+    return _fast_paths
+
+
+def set_fast_paths(enabled: bool) -> bool:
+    """Switch the filters' fast paths on or off at run time (tests compare both paths in
+    one process); returns the previous setting."""
+    global _fast_paths
+    previous, _fast_paths = _fast_paths, bool(enabled)
+    return previous
 
 
 def check_margin(margin: float) -> float:
