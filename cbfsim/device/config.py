@@ -9,12 +9,16 @@ from typing import Any
 
 import numpy as np
 
+from ..filters.base import check_margin
+from ..filters.fallback import Fallback
+
 
 @dataclass(frozen=True)
 class RunConfig:
     """Everything besides the model that fixes a firmware run (all stored as float32 on the device).
 
     alpha: linear class-K gains, (alpha1,) for order 1 or (alpha1, alpha2) for order 2.
+    margin: the filter enforces a + b.u >= margin; fallback: its fault policy (cbfsim/filters).
     """
 
     system: str = "van_der_pol"
@@ -28,8 +32,11 @@ class RunConfig:
     bench_calls: int = 1000
     seed: int = 0x2545F491
     params: dict[str, float] = field(default_factory=dict)
+    margin: float = 0.0
+    fallback: Fallback = Fallback()
 
     def __post_init__(self) -> None:
+        check_margin(self.margin)
         if self.order not in (1, 2):
             raise ValueError(f"order must be 1 or 2, got {self.order}")
         if len(self.alpha) not in (1, 2) or any(not (float(a) > 0) for a in self.alpha):
@@ -93,6 +100,8 @@ def plant_math(config: RunConfig) -> tuple[str, ...]:
 
 def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "barrier") -> Generated:
     """Write the barrier header, ``cbf_system.hpp`` and ``cbf_config.hpp`` into ``out_dir``."""
+    from ..filters.cpp import config_lines
+
     compiled = compiled_source(model, config, name)
     system = config.plant()
     if config.nominal not in system.nominal_names:
@@ -126,6 +135,7 @@ def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "ba
 #include <cstdint>
 #include "{name}.hpp"
 #include "cbf_system.hpp"
+#include "filter_status.hpp"
 
 namespace cbf_config {{
 
@@ -145,6 +155,7 @@ inline constexpr char kModelTag[] = "{tag}";
 
 inline void nominal(const float* x, float* u) noexcept {{ plant::nominal_{config.nominal}(x, u); }}
 
+{config_lines(config.margin, config.fallback, system)}
 // The barrier entry the firmware times: lie (order 1) or lie2 (order 2).
 inline int barrier_call(const float* x, const float* f, const float* G, const float* Dff, const float* DfG,
                         float* out) noexcept {{

@@ -7,11 +7,12 @@ from typing import Any
 
 import numpy as np
 
+from ..filters.base import FilterStatus
 from .errors import DeviceError
 
 #: Under ``-icount shift=0`` one instruction is 1 ns of virtual time; SysTick runs at MPS2's 25 MHz.
 INSTRUCTIONS_PER_SYSTICK = 40
-STATUS_NAMES = ("nominal", "active", "infeasible", "invalid")
+STATUS_NAMES = tuple(s.name.lower() for s in FilterStatus)   # the firmware logs FilterStatus codes
 
 
 @dataclass

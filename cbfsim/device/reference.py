@@ -3,7 +3,8 @@ loop with the network through the reference interpreter, a hand-set demo barrier
 comparison numbers."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,7 @@ class ReferenceRun:
     u_nom: np.ndarray   # (N, m)
     u: np.ndarray
     h: np.ndarray       # (N,)
-    status: np.ndarray  # (N,) the firmware's codes: 0 nominal, 1 active, 2 infeasible
+    status: np.ndarray  # (N,) FilterStatus codes, as the firmware logs them
     trajectory: Any     # the cbfsim.trajectory.Trajectory (batch of one)
 
 
@@ -84,23 +85,19 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
     system = config.plant()
     bounds = (system.u_min.astype(np.float32), system.u_max.astype(np.float32))
     a1, a2 = (f32(a) for a in config.alphas)
+    # the device's float32 box, margin and safe input; the plant's controllers for a backup
+    fallback = replace(config.fallback, u_safe=tuple(f32(v) for v in config.fallback.safe_input(*bounds)))
+    plant = SimpleNamespace(u_min=bounds[0], u_max=bounds[1], nominal=system.nominal)
     if config.order == 1:
-        filt = CBFProjection(bounds, Linear(a1), slack_penalty=np.inf)
+        filt = CBFProjection(plant, Linear(a1), slack_penalty=np.inf, margin=f32(config.margin), fallback=fallback)
     else:
-        filt = HOCBFQP(bounds, Linear(a1), Linear(a2), solver="projection", slack_penalty=np.inf)
+        filt = HOCBFQP(plant, Linear(a1), Linear(a2), solver="projection", slack_penalty=np.inf,
+                       margin=f32(config.margin), fallback=fallback)
     dt = f32(config.dt)
     traj = simulate(system, ReferenceBarrier(compiled.model, system.m, config.order), filt, config.nominal,
                     np.array([f32(v) for v in config.x0]), t_final=config.steps * dt, dt_control=dt,
                     dt_int=dt / config.substeps).single()
-    # the firmware's status: nominal kept (row holds at the clipped nominal), active, infeasible
-    h, lf = traj.h[0, :-1], traj.Lf[0]
-    if config.order == 1:
-        a, b = lf + a1 * h, traj.Lg[0]
-    else:
-        a, b = traj.Lf2[0] + a1 * lf + a2 * (lf + a1 * h), traj.LgLf[0]
-    g0 = a + np.einsum("km,km->k", b, np.clip(traj.u_nom[0], *bounds))
-    status = np.where(g0 >= 0, 0, np.where(traj.status[0] == 0, 1, 2)).astype(np.int8)
-    return ReferenceRun(traj.x[0], traj.u_nom[0], traj.u[0], h, status, traj)
+    return ReferenceRun(traj.x[0], traj.u_nom[0], traj.u[0], traj.h[0, :-1], traj.status[0], traj)
 
 
 def max_abs_diff(a: np.ndarray, b: np.ndarray) -> float:
@@ -117,4 +114,4 @@ def summary(log: DeviceLog, ref: ReferenceRun) -> dict[str, Any]:
     """Per-target comparison numbers (JSON-friendly)."""
     return {"port": log.port, "steps": int(len(log.u)), "max_abs_dx": max_abs_diff(log.x, ref.x),
             "max_abs_du": max_abs_diff(log.u, ref.u), "min_h_device": float(np.min(log.h)) if len(log.h) else None,
-            "status_counts": {STATUS_NAMES[s]: int(np.sum(log.status == s)) for s in range(4)}}
+            "status_counts": {name: int(np.sum(log.status == code)) for code, name in enumerate(STATUS_NAMES)}}

@@ -9,6 +9,7 @@ Both filter conditions reduce to such rows:
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any, Protocol, Sequence, runtime_checkable
@@ -16,20 +17,27 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 import numpy as np
 
 from ..barriers import LieTerms, LieTerms2, ShapeError, as_batch, check_shape
-from ..classk import ClassK, Linear
+from ..classk import ClassK
 
-_F64 = np.dtype(np.float64)
+#: Set to 0 to switch every single-state fast path off (filters, plants, simulator).
+FAST_PATHS_ENV = "CBFSIM_FAST_PATHS"
+#: Row norms inside [lo, hi] come from the plain sum of squares (neither overflows nor underflows).
+NORM_RANGE = (1e-140, 1e140)
 
 #: A step whose returned input violates a row by more than this is flagged SLACK_ACTIVE.
 DEFAULT_SLACK_TOL = 1e-7
 
 
 class FilterStatus(IntEnum):
-    """Per-state outcome of one filter call (stored as int8 in trajectories)."""
+    """Per-state outcome of one filter call (stored as int8 in trajectories).
 
-    OK = 0            # the safety constraint holds at the returned input
+    The one definition of the status codes: firmware/common/filter_status.hpp is generated
+    from it (``python -m cbfsim.filters.cpp``), member X_Y becoming ``kXY`` there."""
+
+    OK = 0            # the safety constraint (with its margin) holds at the returned input
     SLACK_ACTIVE = 1  # constraint infeasible under the input bounds; least-violation input returned
-    SOLVER_ERROR = 2  # solver failed or data non-finite; clipped nominal (or best iterate) returned
+    SOLVER_ERROR = 2  # the solver's answer could not be verified; its best iterate (clipped) returned
+    FALLBACK = 3      # fault (non-finite data, or data no solver can represent): the fault policy's input
 
 
 @dataclass(frozen=True)
@@ -113,20 +121,6 @@ def cbf_rows(terms: LieTerms, alpha: ClassK) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(terms.Lf + alpha(terms.h), dtype=np.float64), np.asarray(terms.Lg, dtype=np.float64)
 
 
-def single_row(terms: Any, alpha: ClassK, u_nom: np.ndarray) -> tuple[float, float, float] | None:
-    """(a, b, u_nom) as floats for the single-state fast paths: one LieTerms of one float64
-    state with one input and a Linear alpha, where a = L_f h + gain * h is the same two
-    float operations ``cbf_rows`` performs on arrays. None for anything else (use the
-    general path, which also reports malformed input)."""
-    if u_nom.shape != (1, 1) or type(alpha) is not Linear or not isinstance(terms, LieTerms):
-        return None
-    h, Lf, Lg = terms.h, terms.Lf, terms.Lg
-    if not (type(h) is type(Lf) is type(Lg) is np.ndarray and h.shape == Lf.shape == (1,) and Lg.shape == (1, 1)
-            and h.dtype == Lf.dtype == Lg.dtype == _F64):
-        return None
-    return Lf.item() + alpha.gain * h.item(), Lg.item(), u_nom.item()
-
-
 def stack_rows(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Stack per-barrier rows into a (B, k) and b (B, k, m), checking every shape."""
     B, m = u_nom.shape
@@ -143,6 +137,32 @@ def nominal_batch(u_nom: Any, m: int) -> np.ndarray:
     return as_batch(u_nom, m, "u_nom")
 
 
+_fast_paths = os.environ.get(FAST_PATHS_ENV, "1") != "0"
+
+
+def fast_paths_enabled() -> bool:
+    """False when CBFSIM_FAST_PATHS=0 was set as cbfsim.filters was imported (read once: an
+    environment lookup costs a fifth of a single-state filter call), or after
+    ``set_fast_paths(False)``."""
+    return _fast_paths
+
+
+def set_fast_paths(enabled: bool) -> bool:
+    """Switch the filters' fast paths on or off at run time (tests compare both paths in
+    one process); returns the previous setting."""
+    global _fast_paths
+    previous, _fast_paths = _fast_paths, bool(enabled)
+    return previous
+
+
+def check_margin(margin: float) -> float:
+    """The row margin eps: finite and >= 0."""
+    eps = float(margin)
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
+    return eps
+
+
 def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows scaled to unit gain, (a_i, b_i) / ||b_i|| (rows with b_i = 0 are kept as they are).
 
@@ -150,50 +170,46 @@ def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray
     unit violation) instead of in units of 1/||L_G h||, so one default rho suits barriers
     of any scale (ACC: ||L_G h|| ~ 1e-3 per newton). Scaling a row does not change the hard
     QP or the least-violation point, only which problems count as "lam > rho". Every row
-    solver applies it, so OSQP and the projection solve the same normalised P_rho."""
-    norm = np.sqrt(np.einsum("bkm,bkm->bk", b, b))
-    scale = np.where(norm > 0, norm, 1.0)
-    return a / scale, b / scale[..., None]
+    solver applies it, so OSQP and the projection solve the same normalised P_rho.
+
+    Gains whose squares overflow (|b| > ~1e154) or underflow are scaled by max_j |b_ij| first,
+    so every finite nonzero row gets unit gain (the plain formula would give 0 or a NaN row);
+    a / ||b|| may then overflow to +-inf, which the solvers treat as the decided row it is.
+    Rows whose norm is in NORM_RANGE use the plain formula (the same bits as always)."""
+    with np.errstate(over="ignore", under="ignore"):
+        norm = np.sqrt(np.einsum("bkm,bkm->bk", b, b))
+        scale = np.where(norm > 0, norm, 1.0)
+        an, bn = a / scale, b / scale[..., None]
+    odd = (norm < NORM_RANGE[0]) | (norm > NORM_RANGE[1])             # (a NaN row is left as it is)
+    if odd.any():
+        big = np.abs(b).max(axis=-1, initial=0.0)
+        odd &= (big > 0) & np.isfinite(big)
+        if odd.any():
+            bs = b[odd] / big[odd][:, None]
+            n2 = np.sqrt(np.einsum("rm,rm->r", bs, bs))             # in [1, sqrt(m)]: no overflow
+            with np.errstate(over="ignore"):
+                an[odd] = (a[odd] / big[odd]) / n2
+            bn[odd] = bs / n2[:, None]
+    return an, bn
 
 
-def row_violation(a: np.ndarray, b: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Largest violation max_i max(0, -(a_i + b_i.u)) per state, shape (B,)."""
-    g = a + np.einsum("bkm,bm->bk", b, u)
-    return np.maximum(0.0, -g.min(axis=1))
+def row_violation(a: np.ndarray, b: np.ndarray, u: np.ndarray, an: np.ndarray, bn: np.ndarray) -> np.ndarray:
+    """Largest violation max_i max(0, -(a_i + b_i.u)) per state, shape (B,). Where the raw
+    rows overflow (NaN or inf), the normalised rows (an, bn) decide: 0 if they hold, else inf."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        g = a + np.einsum("bkm,bm->bk", b, u)
+        slack = np.maximum(0.0, -g.min(axis=1))
+        bad = ~np.isfinite(slack)
+        if bad.any():
+            gn = an[bad] + np.einsum("bkm,bm->bk", bn[bad], u[bad])
+            slack[bad] = np.where(gn.min(axis=1) >= 0, 0.0, np.inf)
+    return slack
 
 
-# Float replicas of numpy's elementwise rules, for the single-state fast paths of the row
-# solvers (B = k = m = 1). They give numpy's values on non-NaN data and, as far as numpy
-# 2.x is consistent about it, its signed zeros: np.maximum / np.minimum return the second
-# argument on a tie; np.clip keeps x on a tie, except when x and both bounds are arrays of
-# the same shape (its SIMD kernel then returns the bound). The sign of a zero never
-# changes a value computed from it here (x' = f + (0.0 + G u) drops it).
-def max_np(x: float, y: float) -> float:
-    """np.maximum(x, y) for non-NaN floats."""
-    return x if x > y else y
-
-
-def min_np(x: float, y: float) -> float:
-    """np.minimum(x, y) for non-NaN floats."""
-    return x if x < y else y
-
-
-def clip_np(x: float, lo: float, hi: float) -> float:
-    """np.clip(x, lo, hi), lo <= hi, for broadcast or scalar bounds (x kept on a tie)."""
-    return lo if x < lo else (hi if x > hi else x)
-
-
-def clip_same_np(x: float, lo: float, hi: float) -> float:
-    """np.clip(x, lo, hi), lo <= hi, for x, lo, hi arrays of one shape (bound on a tie)."""
-    w = x if x > lo else lo
-    return w if w < hi else hi
-
-
-def normalise_one(a: float, b: float) -> tuple[float, float]:
-    """``normalise_rows`` for one row with one input: the einsum is 0.0 + b*b."""
-    norm = math.sqrt(0.0 + b * b)
-    scale = norm if norm > 0 else 1.0
-    return a / scale, b / scale
+def placeholder_input(u_nom: np.ndarray, u_min: np.ndarray, u_max: np.ndarray) -> np.ndarray:
+    """The finite in-box input a row solver returns with FALLBACK (the filter's fault policy
+    replaces it): the clipped nominal, with its non-finite entries taken as 0."""
+    return np.clip(np.where(np.isfinite(u_nom), u_nom, 0.0), u_min, u_max)
 
 
 def status_from_slack(slack: np.ndarray, slack_tol: float) -> np.ndarray:

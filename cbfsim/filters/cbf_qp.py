@@ -1,4 +1,5 @@
-"""CBF-QP safety filter on OSQP, with a slack that keeps the problem always feasible.
+"""The OSQP row solver of the CBF-QP and HOCBF-QP filters, with a slack that keeps the problem
+always feasible.
 
 Decision variables z = (u (m), s (k)); the problem P_rho solved per state is
 
@@ -32,26 +33,39 @@ unless OSQP reported solved).
 Each step only calls ``update(q=, l=, [u=,] Ax=)``; every b_ij is a structural nonzero.
 One workspace per batch index keeps warm starts per trajectory, which also makes a batched
 run equal to single runs.
+
+Data at the edges of OSQP's range (it treats |v| >= 1e30 as infinite and rejects l > u):
+* finite input bounds beyond +-1e30 are refused at construction (one-line error);
+* a row whose normalised offset |a_i| exceeds both DECIDE_OFFSET and the most the box can
+  change the row (its reach sum_j |b_ij| max(|u_min_j|, |u_max_j|)) is decided exactly
+  without OSQP: it holds everywhere in the box (multiplier 0, dropped) or fails everywhere
+  (multiplier rho: u_nom shifts by rho b_i, the row is dropped); refine()'s tolerance,
+  relative to |a|, would otherwise accept anything for such rows;
+* a nominal coordinate farther from the box than rho sum_i |b_ij| + 1 is always clipped to
+  the same bound, whatever the multipliers; it is moved to that distance (exact);
+* a row still out of range (|a_i| >= 1e30 with an unbounded box) is flagged FALLBACK.
 """
 from __future__ import annotations
 
 import math
 import time
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import osqp
 import scipy.sparse as sp
 
-from ..barriers import LieTerms, check_shape
-from ..classk import ClassK, Linear
-from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, cbf_rows, check_penalty, clip_np,
-                   clip_same_np, input_bounds, max_np, min_np, nominal_batch, normalise_one, normalise_rows,
-                   row_violation, single_row, stack_rows, status_from_slack, term_list)
+from ..barriers import check_shape
+from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, check_penalty, fast_paths_enabled, input_bounds,
+                   nominal_batch, normalise_rows, placeholder_input, row_violation, status_from_slack)
 from .refine import refine
 
 _isfinite = math.isfinite
 _SOLVED = osqp.SolverStatus.OSQP_SOLVED
+#: OSQP's infinity: finite data at or beyond it cannot be represented.
+OSQP_INFINITY = float(osqp.constant("OSQP_INFTY"))
+#: Rows (and nominal coordinates) beyond this size, and beyond what the box can reach, are decided exactly.
+DECIDE_OFFSET = 1e6
 
 #: OSQP settings: tight tolerances + polishing; max_iter bounds the time of a stalled solve
 #: (refinement finishes it); a fixed rho-adaptation interval (0 would adapt on wall-clock
@@ -63,7 +77,7 @@ DEFAULT_OSQP_SETTINGS: dict[str, Any] = dict(
 )
 
 
-class _Workspace:
+class Workspace:
     """One OSQP instance (fixed sparsity) plus the last hard-phase iterate for warm starts."""
 
     def __init__(self, solver: osqp.OSQP):
@@ -72,20 +86,28 @@ class _Workspace:
         self.last_phase = "hard"
         # osqp >= 1.0 keeps its compiled solver in ``_solver``; calling it directly skips the
         # wrapper's per-call bookkeeping (~20 us: result namespaces, derivative cache) while
-        # making exactly the calls the wrapper makes. Other versions use the public API.
-        ext = getattr(solver, "_solver", None)
+        # making exactly the calls the wrapper makes. Other versions, and CBFSIM_FAST_PATHS=0,
+        # use the public API.
+        ext = getattr(solver, "_solver", None) if fast_paths_enabled() else None
         needed = ("update_data_vec", "update_data_mat", "solve", "info", "solution")
         self.ext = ext if ext is not None and all(hasattr(ext, k) for k in needed) else None
-        if self.ext is not None:
-            self.infty = float(solver.constant("OSQP_INFTY"))
 
 
 class QPRowSolver:
-    """OSQP ``RowSolver`` for k >= 1 rows (see module docstring for the problem)."""
+    """OSQP ``RowSolver`` for k >= 1 rows (see module docstring for the problem).
+
+    Besides ``solve``, its steps are public for the single-state fast path (``_fast.py``):
+    ``workspace``, ``buffers`` (the phase data the next ``solve_loaded`` sends), ``solve_loaded``
+    and ``finish`` (everything after the hard phase)."""
 
     def __init__(self, u_min: Any, u_max: Any, n_rows: int = 1, slack_penalty: float = 1e6,
                  slack_tol: float = DEFAULT_SLACK_TOL, refine_kkt: bool = True, **osqp_settings: Any):
         self.u_min, self.u_max = input_bounds((u_min, u_max))
+        bounds = np.abs(np.concatenate([self.u_min, self.u_max]))
+        finite = bounds[np.isfinite(bounds)]
+        if (finite >= OSQP_INFINITY).any():
+            raise ValueError(f"input bounds {list(self.u_min)}, {list(self.u_max)} reach OSQP's infinity "
+                             f"({OSQP_INFINITY:g}); use +-inf for no bound, or the projection filter")
         self.m = self.u_min.shape[0]
         self.n_rows = int(n_rows)
         if self.n_rows < 1:
@@ -95,9 +117,11 @@ class QPRowSolver:
             raise ValueError("QPRowSolver needs a finite slack_penalty (use the projection for rho = inf)")
         self.slack_tol = float(slack_tol)
         self.refine = bool(refine_kkt)
-        bounds = np.abs(np.concatenate([self.u_min, self.u_max]))        # refine()'s bound term, once
-        self._bound = float(bounds[np.isfinite(bounds)].max(initial=0.0))
+        #: refine()'s bound term: the largest finite |bound|
+        self.bound_scale = float(finite.max(initial=0.0))
+        self._extent = np.maximum(np.abs(self.u_min), np.abs(self.u_max))   # for a row's reach
         self.settings = {**DEFAULT_OSQP_SETTINGS, **osqp_settings}
+        self._osqp_settings = dict(osqp_settings)
         #: diagnostics: solves, hard-phase answers, relaxed-phase solves, exact refinements, failures
         self.stats = dict(solves=0, hard=0, relaxed=0, refined=0, failed=0)
         m, k = self.m, self.n_rows
@@ -108,14 +132,19 @@ class QPRowSolver:
         rows_s = np.stack([np.arange(k), k + m + np.arange(k)], axis=1).ravel()
         self._A_rows = np.concatenate([rows_u, rows_s])
         self._A_indptr = np.concatenate([np.arange(m + 1) * (k + 1), m * (k + 1) + 2 * np.arange(1, k + 1)])
-        # positions of b_ij (column-major over u_j) inside A's data vector
-        self._b_slots = (np.arange(m)[:, None] * (k + 1) + np.arange(k)[None, :]).ravel()
-        self._workspaces: list[_Workspace] = []
-        self._templates()
+        #: positions of b_ij (column-major over u_j) inside A's data vector
+        self.b_slots = (np.arange(m)[:, None] * (k + 1) + np.arange(k)[None, :]).ravel()
+        self._workspaces: list[Workspace] = []
+        self._reduced: dict[int, QPRowSolver] = {}
+        # (q, l, u) per phase, with OSQP's clamp to +-OSQP_INFINITY applied once; the A data
+        self._tmpl = {phase: self._vectors(phase) for phase in ("hard", "relaxed")}
+        self.gains = self._Ax(np.zeros((k, m)))
 
     def reset(self) -> None:
         """Forget warm starts (call between independent simulations)."""
         self._workspaces = []
+        for sub in self._reduced.values():
+            sub.reset()
 
     def _Ax(self, b: np.ndarray) -> np.ndarray:
         """CSC data of A for gains b (k, m), in the fixed sparsity order."""
@@ -129,64 +158,47 @@ class QPRowSolver:
         q = np.concatenate([np.zeros(m), np.zeros(k) if phase == "hard" else np.full(k, self.slack_penalty)])
         lo = np.concatenate([np.zeros(k), self.u_min, np.zeros(k)])
         hi = np.concatenate([np.full(k, np.inf), self.u_max, s_hi])
-        return q, lo, hi
+        return q, np.maximum(lo, -OSQP_INFINITY), np.minimum(hi, OSQP_INFINITY)
 
-    def _templates(self) -> None:
-        self._tmpl = {phase: self._vectors(phase) for phase in ("hard", "relaxed")}
-        self._infty: float | None = None
-        self._Ax_buf = self._Ax(np.zeros((self.n_rows, self.m)))
-
-    def _workspace(self, i: int) -> _Workspace:
+    def workspace(self, i: int) -> Workspace:
+        """The OSQP workspace of batch index i (created on first use)."""
         while len(self._workspaces) <= i:
             k, m = self.n_rows, self.m
             A = sp.csc_matrix((self._Ax(np.ones((k, m))), self._A_rows, self._A_indptr), shape=(2 * k + m, m + k))
             q, lo, hi = self._vectors("hard")
             solver = osqp.OSQP()
             solver.setup(P=self._P, q=q, A=A, l=lo, u=hi, **self.settings)
-            ws = _Workspace(solver)
-            if ws.ext is not None and self._infty is None:
-                # OSQP.update clamps l, u to +-OSQP_INFTY; clamp the constant entries once
-                self._infty = ws.infty
-                for _, t_lo, t_hi in self._tmpl.values():
-                    np.maximum(t_lo, -ws.infty, out=t_lo)
-                    np.minimum(t_hi, ws.infty, out=t_hi)
-            self._workspaces.append(ws)
+            self._workspaces.append(Workspace(solver))
         return self._workspaces[i]
 
-    def _run(self, ws: _Workspace, phase: str, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray):
-        """Load one phase's data into the workspace, warm start sensibly, solve: (x, y, status)."""
+    def buffers(self, phase: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The (q, l, u) vectors ``solve_loaded`` sends for ``phase``: q[:m] = -u_nom and
+        l[:k] = -a are the caller's to write, and ``gains[b_slots]`` = b column-major."""
+        return self._tmpl[phase]
+
+    def _run(self, ws: Workspace, phase: str, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray):
+        """Load one phase's data into the buffers and solve it: (x, y, status)."""
         m, k = self.m, self.n_rows
-        q, lo, hi = self._tmpl[phase]
+        q, lo, _ = self._tmpl[phase]
         q[:m] = -u_nom
         lo[:k] = -a
-        self._Ax_buf[self._b_slots] = b.T.ravel()
-        return self._solve_loaded(ws, phase, q, lo, hi, u_nom)
+        self.gains[self.b_slots] = b.T.ravel()
+        return self.solve_loaded(ws, phase, u_nom)
 
-    def _run_hard_one(self, ws: _Workspace, a: float, b: float, u_nom: float):
-        """``_run(ws, "hard", ...)`` for k = m = 1 with float data (the same values loaded)."""
-        q, lo, hi = self._tmpl["hard"]
-        q[0] = -u_nom
-        v, inf = -a, ws.infty if ws.ext is not None else math.inf
-        lo[0] = v if v > -inf else -inf       # np.maximum(-a, -OSQP_INFTY), as OSQP.update would
-        self._Ax_buf[self._b_slots[0]] = b
-        return self._solve_loaded(ws, "hard", q, lo, hi, None, clamped=True)
-
-    def _solve_loaded(self, ws: _Workspace, phase: str, q: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                      u_nom: np.ndarray | None, clamped: bool = False):
+    def solve_loaded(self, ws: Workspace, phase: str, u_nom: np.ndarray | None):
         """Send the loaded phase to OSQP, warm start sensibly, solve: (x, y, status).
-        ``clamped``: lo already holds +-OSQP_INFTY-clamped values (the templates are)."""
+        ``u_nom`` is only read by the relaxed phase (its warm start)."""
         k, m = self.n_rows, self.m
-        Ax = self._Ax_buf
+        q, lo, hi = self._tmpl[phase]
         ext = ws.ext
         if ext is None:
             if phase == ws.last_phase:
-                ws.solver.update(q=q, l=lo, Ax=Ax)
+                ws.solver.update(q=q, l=lo, Ax=self.gains)
             else:
-                ws.solver.update(q=q, l=lo, u=hi, Ax=Ax)
-        else:   # what OSQP.update does: clamp l, u to +-OSQP_INFTY, then the two data updates
-            ext.update_data_vec(q=q, l=lo if clamped else np.maximum(lo, -ws.infty),
-                                u=None if phase == ws.last_phase else np.minimum(hi, ws.infty))
-            ext.update_data_mat(P_x=None, P_i=None, A_x=Ax, A_i=None)
+                ws.solver.update(q=q, l=lo, u=hi, Ax=self.gains)
+        else:   # what OSQP.update does (l, u are already within +-OSQP_INFINITY)
+            ext.update_data_vec(q=q, l=lo, u=None if phase == ws.last_phase else hi)
+            ext.update_data_mat(P_x=None, P_i=None, A_x=self.gains, A_i=None)
         if phase == "hard" and ws.last_phase != "hard" and ws.hard_start is not None:
             ws.solver.warm_start(x=ws.hard_start[0], y=ws.hard_start[1])
         elif phase == "relaxed":
@@ -205,21 +217,6 @@ class QPRowSolver:
             ws.hard_start = (x.copy(), y.copy()) if ext is None else (x, y)
         return x, y, status
 
-    def _accept_one(self, a: float, b: float, u_nom: float, lam0: float) -> bool:
-        """refine()'s first test for k = m = 1 on floats: is clip(lam0, 0, rho) already exact,
-        i.e. kkt_residual <= 1e-10 * scale? The same operations as refine.py in the same
-        order (matmuls over one term = 0.0 + term), so the same decision."""
-        lo, hi, rho = self.u_min.item(), self.u_max.item(), self.slack_penalty
-        lam = clip_np(lam0, 0.0, rho)
-        # max(initial=0.0) of one |value| and the sum over one term are that value
-        scale = 1.0 + abs(a) + abs(b) * max(1.0, self._bound, abs(u_nom))
-        u = clip_same_np(u_nom + (0.0 + b * lam), lo, hi)
-        g = a + (0.0 + b * u)
-        bb = 0.0 + b * b
-        neg = min_np(max_np(0.0, -g), (rho - lam) * bb)
-        pos = min_np(max_np(0.0, g), lam * bb)
-        return max_np(0.0, max_np(neg, pos)) <= 1e-10 * scale
-
     def _exact(self, res: Any, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> np.ndarray | None:
         """Exact P_rho multipliers from an OSQP result (x, y, status), or None (see refine.py)."""
         m, k = self.m, self.n_rows
@@ -227,9 +224,6 @@ class QPRowSolver:
         if x is None or not (all(map(_isfinite, x[:m].tolist())) and all(map(_isfinite, y[:k].tolist()))):
             return None
         lam0 = -y[:k]
-        if k == 1 and m == 1 and self._accept_one(a.item(), b.item(), u_nom.item(), lam0.item()):
-            # what refine returns in this case: np.clip(lam0, 0.0, rho) (scalar bounds)
-            return np.array([clip_np(lam0.item(), 0.0, self.slack_penalty)])
         for start, u0 in ((lam0, x[:m]), (lam0, None), (np.zeros(k), None)):
             lam = refine(a, b, u_nom, self.u_min, self.u_max, self.slack_penalty, start, u0=u0)
             if lam is not None:
@@ -237,94 +231,86 @@ class QPRowSolver:
         return None
 
     def _u_of(self, lam: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> np.ndarray:
-        """clip(u_nom + b^T lam) (floats for k = m = 1: the matmul over one term is 0.0 + term)."""
-        if lam.shape == (1,) and b.shape == (1, 1):
-            return np.array([clip_same_np(u_nom.item() + (0.0 + b.item() * lam.item()),
-                                          self.u_min.item(), self.u_max.item())])
+        """clip(u_nom + b^T lam)."""
         return np.clip(u_nom + b.T @ lam, self.u_min, self.u_max)
 
-    def _solve_one(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray,
-                   hard: tuple | None = None) -> tuple[np.ndarray, bool]:
-        """(u, ok) for one state: hard phase first, relaxed phase when it cannot answer.
-        ``hard``: the hard phase's result when the caller has already run it."""
-        ws = self._workspace(i)
-        if hard is None:
-            self.stats["solves"] += 1
-            hard = self._run(ws, "hard", a, b, u_nom)
+    def finish(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray, hard: tuple) -> tuple[np.ndarray, int]:
+        """(u, code) for one state from its hard phase's result: refined, or the relaxed phase.
+        code: OK (exact answer of P_rho), SOLVER_ERROR (OSQP's unverified iterate, clipped)
+        or FALLBACK (no finite answer)."""
+        ws = self.workspace(i)
         res = hard
         if res[2] == _SOLVED:
             if not self.refine:                      # raw OSQP (for measurements only)
                 if (-res[1][:self.n_rows] <= self.slack_penalty).all():
                     self.stats["hard"] += 1
-                    return np.clip(res[0][:self.m], self.u_min, self.u_max), True
+                    return np.clip(res[0][:self.m], self.u_min, self.u_max), FilterStatus.OK
             else:
                 lam = self._exact(res, a, b, u_nom)
                 if lam is not None:                  # exact solution of P_rho
                     self.stats["hard"] += 1
                     self.stats["refined"] += 1
-                    return self._u_of(lam, b, u_nom), True
+                    return self._u_of(lam, b, u_nom), FilterStatus.OK
         self.stats["relaxed"] += 1
         res = self._run(ws, "relaxed", a, b, u_nom)
         lam = self._exact(res, a, b, u_nom) if self.refine else None
         if lam is not None:
             self.stats["refined"] += 1
-            return self._u_of(lam, b, u_nom), True
+            return self._u_of(lam, b, u_nom), FilterStatus.OK
         x, _, status = res
-        solved = status == _SOLVED
         if x is not None and np.isfinite(x[:self.m]).all():
-            self.stats["failed"] += not solved
-            return np.clip(x[:self.m], self.u_min, self.u_max), solved
+            self.stats["failed"] += status != _SOLVED
+            return np.clip(x[:self.m], self.u_min, self.u_max), FilterStatus.OK if status == _SOLVED \
+                else FilterStatus.SOLVER_ERROR
         self.stats["failed"] += 1
-        return np.clip(u_nom, self.u_min, self.u_max), False
+        return placeholder_input(u_nom, self.u_min, self.u_max), FilterStatus.FALLBACK
 
-    def _solve_one_float(self, a: float, b: float, u_nom: float) -> tuple[float, bool]:
-        """``_solve_one(0, ...)`` for k = m = 1 on floats: the same OSQP calls and decisions.
-        Its common case -- the hard phase solved and refine()'s first test accepting OSQP's
-        multiplier -- stays on floats; everything else continues in ``_solve_one``."""
-        ws = self._workspace(0)
+    def _decided(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Rows decided without OSQP: |a_i| > DECIDE_OFFSET and beyond the box's reach."""
+        with np.errstate(invalid="ignore"):
+            reach = np.where(b != 0, np.abs(b) * self._extent, 0.0).sum(axis=1)
+        return (np.abs(a) > DECIDE_OFFSET) & (np.abs(a) > reach * (1 + 1e-9))
+
+    def _far_nominal(self, b: np.ndarray, u_nom: np.ndarray) -> np.ndarray:
+        """u_nom with coordinates that no multiplier in [0, rho] can pull into the box moved
+        to that distance (u is the same bound either way)."""
+        pull = self.slack_penalty * np.abs(b).sum(axis=0) + 1.0
+        return np.clip(u_nom, self.u_min - pull, self.u_max + pull)
+
+    def solve_state(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> tuple[np.ndarray, int]:
+        """(u, code) for one state with finite normalised rows a (k,), b (k, m) and finite u_nom."""
+        if np.abs(u_nom).max() > DECIDE_OFFSET:
+            u_nom = self._far_nominal(b, u_nom)
+        decided = self._decided(a, b)
+        if decided.any():
+            return self._solve_decided(i, a, b, u_nom, decided)
+        if not (np.abs(a) < OSQP_INFINITY).all():
+            return placeholder_input(u_nom, self.u_min, self.u_max), FilterStatus.FALLBACK
         self.stats["solves"] += 1
-        hard = self._run_hard_one(ws, a, b, u_nom)
-        x, y, status = hard
-        if status == _SOLVED and self.refine and x is not None:
-            x0, y0 = x.item(0), y.item(0)
-            if _isfinite(x0) and _isfinite(y0) and self._accept_one(a, b, u_nom, -y0):
-                self.stats["hard"] += 1
-                self.stats["refined"] += 1
-                lam = clip_np(-y0, 0.0, self.slack_penalty)
-                return clip_same_np(u_nom + (0.0 + b * lam), self.u_min.item(), self.u_max.item()), True
-        u, ok = self._solve_one(0, np.array([a]), np.array([[b]]), np.array([u_nom]), hard=hard)
-        return u.item(), ok
+        hard = self._run(self.workspace(i), "hard", a, b, u_nom)
+        return self.finish(i, a, b, u_nom, hard)
 
-    def _solve_single(self, a: float, b: float, u_nom: float) -> FilterResult | None:
-        """``solve`` for B = k = m = 1 with finite data, on floats around the same _solve_one
-        (normalise_rows / row_violation / status_from_slack replicated operation for
-        operation), so bit-identical to the array path; None: use the array path."""
-        if not (_isfinite(a) and _isfinite(b) and _isfinite(u_nom)):
-            return None
-        an, bn = normalise_one(a, b)
-        start = time.perf_counter()
-        u, ok = self._solve_one_float(an, bn, u_nom)
-        elapsed = time.perf_counter() - start
-        slack = max_np(0.0, -(a + (0.0 + b * u)))
-        if not _isfinite(slack):
-            slack = 0.0
-        if not ok:
-            status = FilterStatus.SOLVER_ERROR
-        else:
-            status = FilterStatus.SLACK_ACTIVE if slack > self.slack_tol else FilterStatus.OK
-        return FilterResult(u=np.array([[u]]), slack=np.array([slack]), status=np.array([status], dtype=np.int8),
-                            solve_time=np.array([elapsed]))
+    def _solve_decided(self, i: int, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray,
+                       decided: np.ndarray) -> tuple[np.ndarray, int]:
+        """Drop the decided rows (multiplier rho where the row fails everywhere, 0 where it
+        holds everywhere) and solve the rest with a solver for fewer rows."""
+        failing = decided & (a < 0)
+        shifted = u_nom + self.slack_penalty * b[failing].sum(axis=0) if failing.any() else u_nom
+        keep = ~decided
+        if not keep.any():
+            return np.clip(shifted, self.u_min, self.u_max), FilterStatus.OK
+        k = int(keep.sum())
+        if k not in self._reduced:
+            self._reduced[k] = QPRowSolver(self.u_min, self.u_max, k, self.slack_penalty, self.slack_tol,
+                                           self.refine, **self._osqp_settings)
+        return self._reduced[k].solve_state(i, a[keep], b[keep], shifted)
 
     def solve(self, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
         B, m, k = u_nom.shape[0], self.m, self.n_rows
         a = check_shape(a, (B, k), "row offsets a")
         b = check_shape(b, (B, k, m), "row gains b")
-        if B == 1 and k == 1 and m == 1:
-            one = self._solve_single(a.item(), b.item(), u_nom.item())
-            if one is not None:
-                return one
-        u = np.clip(u_nom, self.u_min, self.u_max)
+        u = placeholder_input(u_nom, self.u_min, self.u_max)
         status = np.full(B, FilterStatus.OK, dtype=np.int8)
         times = np.zeros(B)
         finite = np.isfinite(a).all(axis=1) & np.isfinite(b).all(axis=(1, 2)) & np.isfinite(u_nom).all(axis=1)
@@ -333,47 +319,12 @@ class QPRowSolver:
         for i in range(B):
             start = time.perf_counter()
             if finite[i]:
-                u[i], ok = self._solve_one(i, an[i], bn[i], u_nom[i])
+                u[i], status[i] = self.solve_state(i, an[i], bn[i], u_nom[i])
             else:
-                ok = False
-            if not ok:
-                status[i] = FilterStatus.SOLVER_ERROR
+                status[i] = FilterStatus.FALLBACK
             times[i] = time.perf_counter() - start
-        slack = row_violation(a, b, u)
-        slack = np.where(np.isfinite(slack), slack, 0.0)
+        slack = row_violation(a, b, u, an, bn)
+        slack[status == FilterStatus.FALLBACK] = 0.0
         ok = status == FilterStatus.OK
         status[ok] = status_from_slack(slack[ok], self.slack_tol)
         return FilterResult(u=u, slack=slack, status=status, solve_time=times)
-
-
-class CBFQP:
-    """First-order CBF-QP filter: min 1/2||u - u_nom||^2 s.t. L_f h_i + L_G h_i u >= -alpha(h_i)
-    for each of ``n_barriers`` barriers and the input box, relaxed by an L1-penalised slack."""
-
-    order = 1
-
-    def __init__(self, system_or_bounds: Any, alpha: ClassK | Sequence[ClassK] = Linear(1.0),
-                 n_barriers: int = 1, slack_penalty: float = 1e6, slack_tol: float = DEFAULT_SLACK_TOL,
-                 **osqp_settings: Any):
-        lo, hi = input_bounds(system_or_bounds)
-        self.n_barriers = int(n_barriers)
-        self.alphas = list(alpha) if isinstance(alpha, (list, tuple)) else [alpha] * self.n_barriers
-        if len(self.alphas) != self.n_barriers:
-            raise ValueError(f"expected {self.n_barriers} class-K functions, got {len(self.alphas)}")
-        self.solver = QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol, **osqp_settings)
-        self.m = self.solver.m
-
-    def reset(self) -> None:
-        self.solver.reset()
-
-    def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: LieTerms | Sequence[LieTerms]) -> FilterResult:
-        u_nom = nominal_batch(u_nom, self.m)
-        if self.n_barriers == 1 and isinstance(self.solver, QPRowSolver):
-            row = single_row(terms, self.alphas[0], u_nom)
-            if row is not None:
-                one = self.solver._solve_single(*row)
-                if one is not None:
-                    return one
-        rows = [cbf_rows(t, al) for t, al in zip(term_list(terms, self.n_barriers), self.alphas)]
-        a, b = stack_rows(rows, u_nom)
-        return self.solver.solve(a, b, u_nom)

@@ -18,10 +18,11 @@ import numpy as np
 
 from ..barriers import LieTerms2
 from ..classk import ClassK, Linear
-from .base import (DEFAULT_SLACK_TOL, FilterResult, RowSolver, input_bounds, nominal_batch,
-                   stack_rows, term_list)
+from .base import DEFAULT_SLACK_TOL, RowSolver, input_bounds, stack_rows, term_list
 from .cbf_qp import QPRowSolver
+from .fallback import Fallback
 from .projection import ProjectionRowSolver
+from .row_filter import RowFilter
 
 
 def psi1(terms: LieTerms2, alpha1: ClassK) -> np.ndarray:
@@ -35,34 +36,31 @@ def hocbf_rows(terms: LieTerms2, alpha1: ClassK, alpha2: ClassK) -> tuple[np.nda
     return np.asarray(a, dtype=np.float64), np.asarray(terms.LgLf, dtype=np.float64)
 
 
-class HOCBFQP:
+class HOCBFQP(RowFilter):
     """HOCBF-QP (order 2) filter; ``solver`` is "osqp" (any number of barriers) or
-    "projection" (closed form, one barrier). Both solve the same slack problem P_rho."""
+    "projection" (closed form, one barrier). Both solve the same slack problem P_rho.
+    ``margin`` and ``fallback`` as for ``CBFQP`` (see row_filter.py and fallback.py)."""
 
     order = 2
 
     def __init__(self, system_or_bounds: Any, alpha1: ClassK = Linear(1.0), alpha2: ClassK = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, solver: str = "osqp",
-                 slack_tol: float = DEFAULT_SLACK_TOL, **osqp_settings: Any):
+                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float = 0.0, fallback: Fallback | None = None,
+                 **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.alpha1, self.alpha2 = alpha1, alpha2
         self.n_barriers = int(n_barriers)
-        self.solver: RowSolver
+        row_solver: RowSolver
         if solver == "osqp":
-            self.solver = QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol, **osqp_settings)
+            row_solver = QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol, **osqp_settings)
         elif solver == "projection":
             if self.n_barriers != 1 or osqp_settings:
                 raise ValueError("solver='projection' handles exactly one barrier and takes no OSQP settings")
-            self.solver = ProjectionRowSolver(lo, hi, slack_penalty, slack_tol)
+            row_solver = ProjectionRowSolver(lo, hi, slack_penalty, slack_tol)
         else:
             raise ValueError(f"solver must be 'osqp' or 'projection', got {solver!r}")
-        self.m = self.solver.m
+        super().__init__(system_or_bounds, row_solver, margin, fallback)
 
-    def reset(self) -> None:
-        self.solver.reset()
-
-    def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: LieTerms2 | Sequence[LieTerms2]) -> FilterResult:
-        u_nom = nominal_batch(u_nom, self.m)
+    def rows(self, terms: LieTerms2 | Sequence[LieTerms2], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [hocbf_rows(t, self.alpha1, self.alpha2) for t in term_list(terms, self.n_barriers, second_order=True)]
-        a, b = stack_rows(rows, u_nom)
-        return self.solver.solve(a, b, u_nom)
+        return stack_rows(rows, u_nom)

@@ -19,21 +19,15 @@ one closest to u_nom (u_j = clip(u_nom_j) where b_j = 0); it is the rho -> inf l
 """
 from __future__ import annotations
 
-import math
-import sys
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..barriers import LieTerms, ShapeError, check_shape
-from ..classk import ClassK, Linear
-from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, cbf_rows, check_penalty, clip_np,
-                   clip_same_np, input_bounds, max_np, nominal_batch, normalise_one, normalise_rows, single_row,
-                   stack_rows, status_from_slack, term_list)
-
-_DBL_MAX = sys.float_info.max
+from ..barriers import ShapeError, check_shape
+from .base import (DEFAULT_SLACK_TOL, FilterResult, FilterStatus, check_penalty, input_bounds, nominal_batch,
+                   normalise_rows, placeholder_input, row_violation, status_from_slack)
 
 
 @dataclass(frozen=True)
@@ -78,7 +72,7 @@ def project_halfspace_box(a: Any, b: Any, u_nom: Any, u_min: Any, u_max: Any,
     feasible = g_inf >= 0
 
     # breakpoints: coordinate j moves with lam on (t1_j, t2_j), both clamped at >= 0
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):   # t = inf for a tiny b_j
         t_lo = (lo - u_nom) / b
         t_hi = (hi - u_nom) / b
     t1 = np.where(pos, t_lo, np.where(neg, t_hi, 0.0)).clip(min=0.0)
@@ -128,40 +122,6 @@ def _root(a, b, u_nom, lo, hi, t1, t2, g_inf) -> np.ndarray:
     return np.clip(lam, start, end)
 
 
-def _project_one(a: float, b: float, u: float, lo: float, hi: float, rho: float) -> float:
-    """``project_halfspace_box(...).u`` for B = m = 1 on Python floats, operation for operation
-    (einsum / sum over one term = 0.0 + term; numpy's tie rules via clip_np / max_np), so
-    bit-identical to it; for finite a, b, u, bounds and rho (the caller checks). With finite
-    rho the array code's best_u / g_inf only feed ``feasible`` and _root's non-finite
-    breakpoints, which nan_to_num rules out, so they are not computed here."""
-    pos, neg = b > 0, b < 0
-    if pos:
-        t1, t2 = (lo - u) / b, (hi - u) / b
-    elif neg:
-        t1, t2 = (hi - u) / b, (lo - u) / b
-    else:
-        t1 = t2 = 0.0
-    t1, t2 = max_np(t1, 0.0), max_np(t2, 0.0)                       # .clip(min=0.0)
-    t1 = _DBL_MAX if t1 == math.inf else t1                           # nan_to_num (t >= 0, not NaN)
-    t2 = _DBL_MAX if t2 == math.inf else t2
-    g0 = a + (0.0 + clip_np(u + 0.0 * b, lo, hi) * b)
-    g_rho = a + (0.0 + clip_np(u + rho * b, lo, hi) * b)
-    if g0 < 0 and g_rho <= 0:
-        lam = rho
-    elif g0 < 0:
-        bp = (t1, t2) if not t2 < t1 else (t2, t1)                    # np.sort keeps ties in order
-        g_bp = [a + (0.0 + clip_np(u + t * b, lo, hi) * b) for t in bp]
-        k = 0 if g_bp[0] >= 0 else 1                                  # argmax(past), else the last
-        start, g_start = (bp[0], g_bp[0]) if k > 0 else (0.0, a + (0.0 + clip_np(u + 0.0 * b, lo, hi) * b))
-        slope = 0.0 + (b * b if (t1 <= start and start < t2 and b != 0) else 0.0)
-        end = bp[k]
-        lam = start - g_start / slope if slope > 0 else end
-        lam = clip_same_np(lam, start, end)
-    else:
-        lam = 0.0
-    return clip_np(u + lam * b, lo, hi)
-
-
 class ProjectionRowSolver:
     """Closed-form ``RowSolver`` for one row (k = 1): P_rho on the normalised row, exactly
     the problem ``QPRowSolver`` hands to OSQP; slack is the violation of the row as given."""
@@ -174,23 +134,11 @@ class ProjectionRowSolver:
         self.m = self.u_min.shape[0]
         self.slack_penalty = check_penalty(slack_penalty)
         self.slack_tol = float(slack_tol)
+        with np.errstate(invalid="ignore"):
+            self._extent = np.maximum(np.abs(self.u_min), np.abs(self.u_max))
 
     def reset(self) -> None:
         """Stateless: nothing to reset."""
-
-    def _solve_single(self, a: float, b: float, u_nom: float, start: float) -> FilterResult | None:
-        """``solve`` for B = m = 1 on Python floats, bit-identical to the array path (which
-        ``_project_one`` mirrors); None for non-finite data or bounds (use the array path)."""
-        lo, hi, rho = self.u_min.item(), self.u_max.item(), self.slack_penalty
-        if not all(map(math.isfinite, (a, b, u_nom, lo, hi, rho))):
-            return None
-        an, bn = normalise_one(a, b)
-        u = _project_one(an, bn, u_nom, lo, hi, rho)
-        slack = max_np(0.0, -(a + (0.0 + b * u)))
-        status = FilterStatus.SLACK_ACTIVE if slack > self.slack_tol else FilterStatus.OK
-        elapsed = time.perf_counter() - start
-        return FilterResult(u=np.array([[u]]), slack=np.array([slack]), status=np.array([status], dtype=np.int8),
-                            solve_time=np.array([elapsed]))
 
     def solve(self, a: np.ndarray, b: np.ndarray, u_nom: np.ndarray) -> FilterResult:
         start = time.perf_counter()
@@ -198,46 +146,24 @@ class ProjectionRowSolver:
         B = u_nom.shape[0]
         a = check_shape(a, (B, 1), "row offsets a")[:, 0]
         b = check_shape(b, (B, 1, self.m), "row gains b")[:, 0, :]
-        if B == 1 and self.m == 1:
-            one = self._solve_single(a.item(), b.item(), u_nom.item(), start)
-            if one is not None:
-                return one
         ok = np.isfinite(a) & np.isfinite(b).all(axis=1) & np.isfinite(u_nom).all(axis=1)
-        u = np.clip(u_nom, self.u_min, self.u_max)
+        every = bool(ok.all())
+        u = np.clip(u_nom, self.u_min, self.u_max) if every else placeholder_input(u_nom, self.u_min, self.u_max)
         slack = np.zeros(B)
-        status = np.full(B, FilterStatus.SOLVER_ERROR, dtype=np.int8)
+        status = np.full(B, FilterStatus.FALLBACK, dtype=np.int8)
+        with np.errstate(invalid="ignore", over="ignore"):
+            an, bn = normalise_rows((a if every else np.where(ok, a, 0.0))[:, None],
+                                    (b if every else np.where(ok[:, None], b, 0.0))[:, None, :])
+            if not np.isfinite(an).all():
+                # a row that overflowed to +-inf is decided by the box, unless the box is
+                # unbounded along it (then no finite answer exists to compare with): fault
+                reach = np.where(bn[:, 0] != 0, np.abs(bn[:, 0]) * self._extent, 0.0).sum(axis=1)
+                ok &= np.isfinite(an[:, 0]) | np.isfinite(reach)
         if ok.any():
-            an, bn = normalise_rows(a[ok][:, None], b[ok][:, None, :])
-            p = project_halfspace_box(an[:, 0], bn[:, 0], u_nom[ok], self.u_min, self.u_max, self.slack_penalty)
-            u[ok] = p.u
-            slack[ok] = np.maximum(0.0, -(a[ok] + np.einsum("bm,bm->b", b[ok], p.u)))
-            status[ok] = status_from_slack(slack[ok], self.slack_tol)
+            sel = slice(None) if ok.all() else ok       # (a view when every row is solved)
+            p = project_halfspace_box(an[sel, 0], bn[sel, 0], u_nom[sel], self.u_min, self.u_max, self.slack_penalty)
+            u[sel] = p.u
+            slack[sel] = row_violation(a[sel][:, None], b[sel][:, None, :], p.u, an[sel], bn[sel])
+            status[sel] = status_from_slack(slack[sel], self.slack_tol)
         elapsed = time.perf_counter() - start
         return FilterResult(u=u, slack=slack, status=status, solve_time=np.full(B, elapsed / max(B, 1)))
-
-
-class CBFProjection:
-    """First-order CBF filter solved in closed form: a drop-in for ``CBFQP`` with one barrier."""
-
-    order = 1
-
-    def __init__(self, system_or_bounds: Any, alpha: ClassK = Linear(1.0), slack_penalty: float = 1e6,
-                 slack_tol: float = DEFAULT_SLACK_TOL):
-        lo, hi = input_bounds(system_or_bounds)
-        self.alpha = alpha
-        self.solver = ProjectionRowSolver(lo, hi, slack_penalty, slack_tol)
-        self.m = self.solver.m
-
-    def reset(self) -> None:
-        self.solver.reset()
-
-    def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: LieTerms) -> FilterResult:
-        u_nom = nominal_batch(u_nom, self.m)
-        if isinstance(self.solver, ProjectionRowSolver):
-            row = single_row(terms, self.alpha, u_nom)
-            if row is not None:
-                one = self.solver._solve_single(*row, time.perf_counter())
-                if one is not None:
-                    return one
-        a, b = stack_rows([cbf_rows(t, self.alpha) for t in term_list(terms, 1)], u_nom)
-        return self.solver.solve(a, b, u_nom)

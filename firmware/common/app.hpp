@@ -14,8 +14,8 @@
 // Log grammar (one record per line; anything else, e.g. a bootloader banner, is ignored):
 //   H port=<name> n=<n> m=<m> order=<1|2> steps=<N> substeps=<s> dt=<hex> ws=<bytes> model=<tag>
 //   S <k> <x hex x n> <u_nom hex x m> <u hex x m> <h hex> <status>     k = 0..N-1, x = x_k,
-//       u applied on [k dt, (k+1) dt); status: cbf_filter::Status (0 nominal, 1 active,
-//       2 infeasible -> least-violation input, 3 invalid barrier output)
+//       u applied on [k dt, (k+1) dt); status: cbf_filter::FilterStatus, the Python
+//       FilterStatus codes (0 ok, 1 slack active -> least-violation input, 3 fallback)
 //   F <N> <x hex x n>                                                   final state x_N
 //   B calls=<c> median=<d> max=<d> min=<d> overhead=<d> check=<hex> unit=<text to end of line>
 //   E <code>
@@ -82,15 +82,40 @@ inline float cbf_row(const float* t, float* b) noexcept {
     return lf2 + cfg::kAlpha1 * lf + cfg::kAlpha2 * (lf + cfg::kAlpha1 * h);
 }
 
-// One control step: nominal input, barrier, filter. Returns the filter status.
-inline int control(const float* x, float* u_nom, float* u, float& h) noexcept {
+// The fault policy's input (cbfsim/filters/fallback.py, the same rules): hold the last
+// input returned with kOk (kSafeInput before the first), the backup controller clipped to
+// the box (kSafeInput where it is not finite), or kSafeInput.
+inline void fallback_input(const float* x, const float* last_safe, float* u) noexcept {
+    if (cfg::kFallbackKind == cbf_filter::kHold) {
+        for (int j = 0; j < M; ++j) u[j] = last_safe[j];
+        return;
+    }
+    if (cfg::kFallbackKind != cbf_filter::kController) {
+        for (int j = 0; j < M; ++j) u[j] = cfg::kSafeInput[j];
+        return;
+    }
+    cfg::fallback_controller(x, u);
+    bool finite = true;
+    for (int j = 0; j < M; ++j) finite = finite && cbf_filter::is_finite(u[j]);
+    for (int j = 0; j < M; ++j) u[j] = finite ? cbf_filter::clip(u[j], plant::kUMin[j], plant::kUMax[j]) : cfg::kSafeInput[j];
+}
+
+// One control step: nominal input, barrier, filter (row with margin kMargin), fault policy.
+// last_safe holds the input of the last kOk step. Returns the filter status.
+inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
     float terms[kTerms], b[M];
     cfg::nominal(x, u_nom);
     const int err = barrier_terms(x, terms);
     h = terms[0];
     const float a = cbf_row(terms, b);
-    const int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, u);
-    return err != 0 ? static_cast<int>(cbf_filter::kInvalid) : status;
+    int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::kMargin, u);
+    if (err != 0) status = cbf_filter::kFallback;   // (the barrier's outputs are NaN then anyway)
+    if (status == cbf_filter::kFallback) {
+        fallback_input(x, last_safe, u);
+    } else if (status == cbf_filter::kOk) {
+        for (int j = 0; j < M; ++j) last_safe[j] = u[j];
+    }
+    return status;
 }
 
 // xdot = f(x) + G(x) u, summed in the order j = 0..m-1 (the Python reference does the same).
@@ -131,12 +156,13 @@ inline void print_header(cbf_fmt::Line& line) noexcept {
 }
 
 inline void closed_loop(cbf_fmt::Line& line) noexcept {
-    float x[N], u_nom[M], u[M];
+    float x[N], u_nom[M], u[M], last_safe[M];
     for (int i = 0; i < N; ++i) x[i] = cfg::kX0[i];
+    for (int j = 0; j < M; ++j) last_safe[j] = cfg::kSafeInput[j];
     const float hstep = cfg::kDt / static_cast<float>(cfg::kSubsteps);
     for (std::uint32_t k = 0; k < cfg::kSteps; ++k) {
         float h = 0.0f;
-        const int status = control(x, u_nom, u, h);
+        const int status = control(x, u_nom, u, h, last_safe);
         line.ch('S').ch(' ').dec(k);
         for (int i = 0; i < N; ++i) line.f32(x[i]);
         for (int j = 0; j < M; ++j) line.f32(u_nom[j]);

@@ -1,0 +1,50 @@
+"""The skeleton every safety filter shares: barrier terms -> affine rows a + b.u >= eps ->
+a row solver -> the fault policy. The single-state fast path is dispatched here, once.
+
+The margin eps >= 0 (default 0: the plain condition, the same bits as without it) makes the
+filter enforce  a_i + b_i.u >= eps  on every row. The sampled-data certifier needs it: the
+row is enforced at the sampling instants only, and eps pays for how much the condition can
+degrade until the next sample (training/certify/ proves safety only for eps > 0 chosen
+from its bounds). It is applied as  a_i - eps  before normalisation, so slack and status
+refer to the row with its margin.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from . import _fast
+from .base import FilterResult, RowSolver, check_margin, nominal_batch
+from .fallback import Fallback, FaultPolicy
+
+
+class RowFilter:
+    """Base of CBFQP, CBFProjection and HOCBFQP: subclasses set ``order`` and ``rows``."""
+
+    order: int
+
+    def __init__(self, system_or_bounds: Any, solver: RowSolver, margin: float = 0.0,
+                 fallback: Fallback | None = None):
+        self.solver = solver
+        self.m = solver.m
+        self.margin = check_margin(margin)
+        system = system_or_bounds if hasattr(system_or_bounds, "nominal") else None
+        self.faults = FaultPolicy(fallback or Fallback(), solver.u_min, solver.u_max, system)
+
+    def rows(self, terms: Any, u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The rows (a (B, k), b (B, k, m)) of the filter condition, before the margin."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget warm starts and held inputs (call between independent simulations)."""
+        self.solver.reset()
+        self.faults.reset()
+
+    def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: Any) -> FilterResult:
+        u_nom = nominal_batch(u_nom, self.m)
+        result = _fast.filter_single(self, u_nom, terms) if u_nom.shape == (1, 1) else None
+        if result is None:
+            a, b = self.rows(terms, u_nom)
+            result = self.solver.solve(a - self.margin, b, u_nom)
+        return self.faults.apply(x, result)
