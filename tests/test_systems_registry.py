@@ -1,8 +1,9 @@
 """Plants from outside the package: registration, import paths, and what the card records."""
 from __future__ import annotations
 
+import shutil
 import sys
-import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,39 +11,12 @@ import pytest
 import systems
 from compiler.errors import CbfsimError
 
-CART = textwrap.dedent('''
-    from dataclasses import dataclass
-    from systems import ControlAffineSystem
-    from systems.base import Definition
-
-    @dataclass(frozen=True)
-    class CartParams:
-        drag: float = 0.5
-        x_max: float = 1.0
-        u_max: float = 1.0
-
-    class Cart(ControlAffineSystem):
-        """A cart with linear drag and a position limit."""
-        name = "cart"
-        state_names = ("p", "v")
-        input_names = ("u",)
-        Params = CartParams
-
-        @staticmethod
-        def define(x, p):
-            pos, vel = x
-            return Definition(f=[vel, -p.drag * vel], G=[[0], [1]], constraint=p.x_max**2 - pos**2,
-                              u_min=[-p.u_max], u_max=[p.u_max], domain=([-2, -2], [2, 2]),
-                              nominal={"push": [p.u_max]})
-
-    def make_cart(**params):
-        return Cart(CartParams(**params))
-''')
+CART = Path(__file__).resolve().parent.parent / "examples" / "own_plant" / "cart.py"   # the worked example's plant
 
 
 @pytest.fixture
 def cart_module(tmp_path, monkeypatch):
-    (tmp_path / "my_cart_plant.py").write_text(CART)
+    shutil.copy(CART, tmp_path / "my_cart_plant.py")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "my_cart_plant"
     sys.modules.pop("my_cart_plant", None)
@@ -50,11 +24,11 @@ def cart_module(tmp_path, monkeypatch):
 
 
 def test_a_plant_defined_outside_the_package_resolves_by_import_path(cart_module):
-    cart = systems.get_system(f"{cart_module}:Cart", drag=0.25)
-    assert cart.name == "cart" and cart.params.drag == 0.25
-    assert np.array_equal(cart.f(np.array([0.0, 2.0])), np.array([2.0, -0.5]))
+    plant = systems.get_system(f"{cart_module}:Cart", drag=0.25)
+    assert plant.name == "cart" and plant.params.drag == 0.25
+    assert np.array_equal(plant.f(np.array([0.0, 2.0])), np.array([2.0, -0.5]))
     assert systems.system_origin(f"{cart_module}:Cart") == "import"
-    assert systems.get_system(f"{cart_module}:make_cart").params.drag == 0.5     # a factory works too
+    assert systems.get_system(f"{cart_module}:cart").params.drag == 0.5     # a factory works too
 
 
 def test_register_works_as_a_decorator_and_lists_the_plant_as_registered(cart_module):
@@ -62,11 +36,11 @@ def test_register_works_as_a_decorator_and_lists_the_plant_as_registered(cart_mo
     module = importlib.import_module(cart_module)
     assert systems.register("cart")(module.Cart) is module.Cart
     assert systems.available()["cart"] == "registered" and systems.available()["van_der_pol"] == "builtin"
-    assert systems.get_system("cart", x_max=2.0).params.x_max == 2.0
+    assert systems.get_system("cart", p_max=2.0).params.p_max == 2.0
     with pytest.raises(ValueError, match="already registered"):
-        systems.register("cart", module.make_cart)
+        systems.register("cart", module.cart)
     with pytest.raises(ValueError, match="built-in"):
-        systems.register("bicycle", module.make_cart)
+        systems.register("bicycle", module.cart)
 
 
 @pytest.mark.parametrize("name, message", [

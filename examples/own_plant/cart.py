@@ -44,3 +44,8 @@ class Cart(ControlAffineSystem):
             # drive toward +p at v_ref, through the limit: the filter must brake in time
             nominal={"cruise": [p.k_v * (p.v_ref - vel) + p.drag * vel]},
         )
+
+
+def cart(**params: float) -> Cart:
+    """The factory, as every plant module has one (``module:cart`` works as a name too)."""
+    return Cart(CartParams(**params))
