@@ -21,6 +21,7 @@ from typing import Callable
 import numpy as np
 from scipy.special import erf
 
+from .bounds_activations import ENCLOSURES as _ENCLOSURES
 from .cpp_snippets import Literal, sel, sigmoid_lines, tanh_lines
 from .errors import UnsupportedOpError
 
@@ -242,8 +243,8 @@ class ActivationSpec:
     piecewise_linear: bool = False   # sigma'' = 0 almost everywhere (exact affine pieces)
     not_smooth: str = ""             # why it is not C^2, for refusals at config and compile time
     check: Callable[[dict], str | None] | None = None       # extra parameter rule beyond finiteness
-    # Interval enclosure of (sigma, sigma', sigma'') on a box: an empty slot, filled from
-    # compiler/bounds.py's per-kind enclosures when certification is merged.
+    # Sound interval enclosure of (sigma, sigma', sigma'') over a box of inputs, with its kinks
+    # (compiler/bounds_activations.py builds them; compiler/bounds.py and the certifier read them here)
     enclosure: Callable | None = None
 
     def check_params(self, params: dict, where: str) -> None:
@@ -270,25 +271,35 @@ class ActivationSpec:
 _KINK = "zero second derivative almost everywhere"
 ACTIVATIONS: dict[str, ActivationSpec] = {spec.kind: spec for spec in (
     ActivationSpec("relu", {}, False, 0, _relu, _relu_cpp, "ReLU", onnx_op="Relu", presets={"relu": {}},
-                   piecewise_linear=True, not_smooth=_KINK),
+                   piecewise_linear=True, not_smooth=_KINK,
+                   enclosure=_ENCLOSURES["relu"]),
     ActivationSpec("leaky_relu", {"negative_slope": 0.01}, False, 0, _leaky_relu, _leaky_relu_cpp, "LeakyReLU",
                    _read("negative_slope"), onnx_op="LeakyRelu", presets={"leaky_relu": {}},
-                   piecewise_linear=True, not_smooth=_KINK),
+                   piecewise_linear=True, not_smooth=_KINK,
+                   enclosure=_ENCLOSURES["leaky_relu"]),
     ActivationSpec("hardtanh", {"min_val": -1.0, "max_val": 1.0}, False, 0, _hardtanh, _hardtanh_cpp, "Hardtanh",
                    _read("min_val", "max_val"), onnx_op="Clip", presets={"hardtanh": {}},
-                   piecewise_linear=True, not_smooth=_KINK, check=_hardtanh_check),
+                   piecewise_linear=True, not_smooth=_KINK, check=_hardtanh_check,
+                   enclosure=_ENCLOSURES["hardtanh"]),
     ActivationSpec("elu", {"alpha": 1.0}, False, 1, _elu, _elu_cpp, "ELU", _read("alpha"), onnx_op="Elu",
-                   presets={"elu": {}}, not_smooth="its second derivative jumps at 0: alpha e^a on the left, 0 on the right"),
-    ActivationSpec("tanh", {}, True, 2, _tanh, _tanh_cpp, "Tanh", onnx_op="Tanh", presets={"tanh": {}}),
+                   presets={"elu": {}}, not_smooth="its second derivative jumps at 0: alpha e^a on the left, 0 on the right",
+                   enclosure=_ENCLOSURES["elu"]),
+    ActivationSpec("tanh", {}, True, 2, _tanh, _tanh_cpp, "Tanh", onnx_op="Tanh", presets={"tanh": {}},
+                   enclosure=_ENCLOSURES["tanh"]),
     ActivationSpec("sigmoid", {}, True, 2, _sigmoid_act, _sigmoid_cpp, "Sigmoid", onnx_op="Sigmoid",
-                   presets={"sigmoid": {}}),
+                   presets={"sigmoid": {}},
+                   enclosure=_ENCLOSURES["sigmoid"]),
     ActivationSpec("softplus", {"beta": 1.0, "threshold": 20.0}, True, 2, _softplus, _softplus_cpp, "Softplus",
-                   _read("beta", "threshold"), onnx_op="Softplus", presets={"softplus": {}}, check=_softplus_check),
-    ActivationSpec("silu", {}, True, 5, _silu, _silu_cpp, "SiLU", presets={"silu": {}}),
+                   _read("beta", "threshold"), onnx_op="Softplus", presets={"softplus": {}}, check=_softplus_check,
+                   enclosure=_ENCLOSURES["softplus"]),
+    ActivationSpec("silu", {}, True, 5, _silu, _silu_cpp, "SiLU", presets={"silu": {}},
+                   enclosure=_ENCLOSURES["silu"]),
     ActivationSpec("gelu", {"approximate": 0.0}, True, 8, _gelu, _gelu_cpp, "GELU",   # approximate: 0 none, 1 tanh
                    _gelu_read, _gelu_args, onnx_op="Gelu", presets={"gelu": {}, "gelu_tanh": {"approximate": 1.0}},
-                   check=_gelu_check),
-    ActivationSpec("identity", {}, True, 0, _identity, _identity_cpp, "Identity"),   # not offered for training
+                   check=_gelu_check,
+                   enclosure=_ENCLOSURES["gelu"]),
+    ActivationSpec("identity", {}, True, 0, _identity, _identity_cpp, "Identity",
+                   enclosure=_ENCLOSURES["identity"]),   # not offered for training
 )}
 
 

@@ -4,7 +4,7 @@
 IR (the very weights and activations the header evaluates): values, tangents (one per input
 direction) and, for order 2, second-order tangents, all as ``compiler.interval.Interval``
 batches, so every enclosure is outward rounded. Activations use the per-kind enclosures of
-``compiler.bounds_activations.ENCLOSURES``; over an interval straddling a kink the derivative
+the activation table (``compiler.activations.ACTIVATIONS[kind].enclosure``); over an interval straddling a kink the derivative
 enclosure is the hull of both sides, so the gradient enclosure contains the Clarke gradient.
 
 Tightening: after every Dense layer each pre-activation z is intersected with its centred
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .activations import ACTIVATIONS
-from .bounds_activations import ENCLOSURES, THIRD_DERIVATIVE_BOUND, float32_error
+from .bounds_activations import THIRD_DERIVATIVE_BOUND, float32_error
 from .errors import SmoothnessError, UnsupportedOpError
 from .interval import Interval, as_interval, gamma, matmul
 from .ir import Activation, Affine, Dense, Model, validate
@@ -73,7 +73,7 @@ def check_supported(model: Model, order: int) -> None:
     """Refuse, in one line naming it, an activation without an enclosure (or order 2 of a kink)."""
     for layer in model.layers:
         if isinstance(layer, Activation):
-            if layer.kind not in ENCLOSURES:
+            if ACTIVATIONS[layer.kind].enclosure is None:
                 raise UnsupportedActivationError(
                     f"activation {layer.kind!r} has no interval enclosure; cannot bound this model")
             if order >= 2 and not ACTIVATIONS[layer.kind].smooth:
@@ -112,8 +112,8 @@ class _Errors:
         params = dict(layer.params)
         with np.errstate(over="ignore", invalid="ignore"):
             wide = Interval(a.lo - self.a * _UP, a.hi + self.a * _UP, check=False)
-        w_v, w_d1, w_d2 = ENCLOSURES[layer.kind](wide, params, True)
-        kinks = ENCLOSURES[layer.kind].kinks(params, True)
+        w_v, w_d1, w_d2 = ACTIVATIONS[layer.kind].enclosure(wide, params, True)
+        kinks = ACTIVATIONS[layer.kind].enclosure.kinks(params, True)
         straddle = np.zeros(a.shape, dtype=bool)
         for k_lo, k_hi, _ in kinks:
             straddle |= (wide.lo <= k_hi) & (wide.hi >= k_lo)
@@ -125,7 +125,7 @@ class _Errors:
         e_d1 = np.where(straddle, w_d1.width, w_d2.mag * self.a)
         e_d2 = np.where(straddle, w_d2.width, THIRD_DERIVATIVE_BOUND[layer.kind](params) * self.a)
         e_v, e_d1, e_d2 = ((e + b) * _UP for e, b in zip((e_v, e_d1, e_d2), body))
-        _, d1, d2 = ENCLOSURES[layer.kind](a, params, False)
+        _, d1, d2 = ACTIVATIONS[layer.kind].enclosure(a, params, False)
         m1, m2 = d1.mag[:, None, :], d2.mag[:, None, :]
         e1, e2 = e_d1[:, None, :], e_d2[:, None, :]
         if self.H is not None:
@@ -190,7 +190,7 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
             H = H * layer.scale if H is not None else None
         else:
             params = dict(layer.params)
-            enc = ENCLOSURES[layer.kind]
+            enc = ACTIVATIONS[layer.kind].enclosure
             if errors is not None:
                 errors.activation(layer, a, t, H)
             value, d1, d2 = enc(a, params, False)

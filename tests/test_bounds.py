@@ -77,8 +77,9 @@ def assert_contains(enclosure: Interval, values: np.ndarray, what: str):
         raise AssertionError(f"{what}: {values[i]!r} outside [{enclosure.lo[i]!r}, {enclosure.hi[i]!r}] at {i}")
 
 
-def test_enclosure_table_has_exactly_the_activation_tables_kinds():
+def test_every_activation_table_entry_carries_its_own_enclosure():
     assert set(ENCLOSURES) == set(ACTIVATIONS)
+    assert all(ACTIVATIONS[kind].enclosure is ENCLOSURES[kind] for kind in ACTIVATIONS)
 
 
 CASES = [(act, order) for act in ACTIVATION_NAMES for order in (1, 2) if order == 1 or act not in NONSMOOTH]

@@ -170,9 +170,10 @@ def test_time_limit_gives_not_certified_with_undecided_boxes_never_a_pass(diamon
 
 
 def test_activation_without_enclosure_is_refused_in_one_line(diamond, monkeypatch):
-    from compiler import bounds_activations
+    import dataclasses
+    from compiler.activations import ACTIVATIONS
     seq, onnx, card = diamond
-    monkeypatch.delitem(bounds_activations.ENCLOSURES, "softplus")
+    monkeypatch.setitem(ACTIVATIONS, "softplus", dataclasses.replace(ACTIVATIONS["softplus"], enclosure=None))
     with pytest.raises(ValueError) as err:
         certify(onnx, card, dt=0.01, margin=MARGIN)
     assert "softplus" in str(err.value) and "\n" not in str(err.value)
