@@ -4,8 +4,9 @@ Every TrainConfig field is a ``train`` flag (``--w-condition``, ``--label-lost``
 
 Exit status: 0 when the barrier passes (trainer check and compiled verifier clean), 1 when
 failures remain (the outputs are still written, with the failures in model.json, and a
-diagnosis is printed), 2 on usage or configuration errors, 4 when a ``--quick`` smoke run
-passed (its budgets are too small to trust or ship the result).
+diagnosis is printed) or on an error (one line naming it: a bad configuration, system, card
+or file), 2 on usage errors (a bad flag or value), 4 when a ``--quick`` smoke run passed
+(its budgets are too small to trust or ship the result).
 """
 from __future__ import annotations
 
@@ -18,23 +19,22 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from compiler.cli_errors import (OneLineParser, add_common_flags, check_can_create, assignment, finite_float, positive_float,
+                                 positive_int, run_parsed)
+
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
              check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
 
 
 def _floats(text: str) -> list[float]:
-    return [float(v) for v in text.split(",") if v.strip()]
+    return [finite_float(v) for v in text.split(",") if v.strip()]
 
 
 def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
-def _param(text: str) -> tuple[str, float]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), float(value)
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
 SMOKE_PASSED = 4
@@ -69,14 +69,14 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif kind.startswith("list[float]"):
             group.add_argument(flag, type=_floats, metavar="X1,X2,...", help=help_text)
         elif kind in ("int", "float"):
-            group.add_argument(flag, type=int if kind == "int" else float, help=help_text)
+            group.add_argument(flag, type=int if kind == "int" else finite_float, help=help_text)
         else:
             raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.cli",
+def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=prog,
         description="Train and verify neural control barrier functions for the plants in systems/.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -88,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig")
     t.add_argument("--system", help="plant name from systems (van_der_pol, bicycle, inverted_pendulum, acc, "
                                     "unicycle, double_integrator)")
-    t.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+    t.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
                    help="override a system parameter (repeatable), e.g. --param mu=1.5")
     t.add_argument("--widths", type=_ints, metavar="W1,W2,...", help="hidden layer widths, e.g. 64,64")
     t.add_argument("--activation", help="relu, softplus, tanh, ... (order 2 needs a smooth one)")
@@ -101,8 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--domain-hi", type=_floats, metavar="X1,X2,...", help="training box upper corner")
     t.add_argument("--u-min", type=_floats, help="input lower bounds (default: the system's)")
     t.add_argument("--u-max", type=_floats, help="input upper bounds (default: the system's)")
-    t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
-    t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
+    t.add_argument("--rounds", type=positive_int, help="maximum counterexample rounds")
+    t.add_argument("--max-time", type=positive_float, help="wall-clock budget for the rounds [s]")
     t.add_argument("--seed", type=int, help="seed for torch and numpy")
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
@@ -115,6 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "MODELS_DIR/NAME.json")
     t.add_argument("--models-dir", type=Path, default=Path("experiments/models"), help="where --ship copies to")
     _add_config_flags(t)
+    add_common_flags(t)
 
     v = sub.add_parser("verify", help="verify a compiled barrier against its model card",
                        description="Compile model.onnx and check, on seeded uniform samples (or a grid) of the "
@@ -122,12 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "condition under the input box, and coverage.  Pointwise, not a proof.")
     v.add_argument("model", type=Path, help="model.onnx (or a directory holding it)")
     v.add_argument("card", type=Path, help="model.json")
-    v.add_argument("--samples", type=int, default=200_000, help="uniform samples (default 200000)")
-    v.add_argument("--grid", type=int, help="use a full grid with this many points per axis instead")
+    v.add_argument("--samples", type=positive_int, default=200_000, help="uniform samples (default 200000)")
+    v.add_argument("--grid", type=positive_int, help="use a full grid with this many points per axis instead")
     v.add_argument("--seed", type=int, default=None, help="sampling seed (default: the verifier's)")
     v.add_argument("--json", action="store_true", help="print the full report as JSON")
+    add_common_flags(v)
 
-    sub.add_parser("presets", help="list the shipped training presets")
+    add_common_flags(sub.add_parser("presets", help="list the shipped training presets"))
     return parser
 
 
@@ -139,7 +141,10 @@ def _config_from_args(args: argparse.Namespace):
     if args.preset:
         cfg = preset(args.preset)
     elif args.config:
-        cfg = TrainConfig.from_dict(json.loads(args.config.read_text()))
+        try:
+            cfg = TrainConfig.from_dict(json.loads(args.config.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{args.config}: not a JSON TrainConfig ({exc})") from None
     elif args.system:
         cfg = TrainConfig(system=args.system)
     else:
@@ -162,6 +167,7 @@ def _train(args: argparse.Namespace) -> int:
     from .presets import ship
     from .trainer import train_barrier
     cfg = _config_from_args(args)
+    check_can_create(args.out)
     result = train_barrier(cfg, args.out, overwrite=args.force, verify=not args.no_verify,
                            progress=False if args.no_progress else None)
     check = result.final_check
@@ -222,20 +228,11 @@ def _presets() -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = "python -m training.cli") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
-    from .config import ConfigError
-    from .model_card import CardError
-    try:
-        if args.command == "train":
-            return _train(args)
-        if args.command == "verify":
-            return _verify(args)
-        return _presets()
-    except (ConfigError, CardError, FileExistsError, FileNotFoundError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    commands = {"train": _train, "verify": _verify, "presets": lambda _: _presets()}
+    return run_parsed(f"{prog} {args.command}", args, lambda: commands[args.command](args))
 
 
 if __name__ == "__main__":
