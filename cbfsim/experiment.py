@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from compiler.cli_errors import (OneLineParser, add_common_flags, output_directory, positive_float, positive_int,
-                                 run_parsed)
+                                 nonnegative_int, run_parsed)
 
 from .barriers import CompiledBarrier
 from .classk import Linear
@@ -253,7 +253,7 @@ def main(spec: ExperimentSpec, argv: Sequence[str] | None = None) -> int:
                         help=f"seconds per run (default {spec.t_final})")
     parser.add_argument("--fast", action="store_true", help="a quick check: 20 runs, a short horizon, fewer samples")
     parser.add_argument("--retrain", action="store_true", help="train the barrier anew instead of the shipped one")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random initial states")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random initial states")
     parser.add_argument("--strict", action="store_true",
                         help="refuse to run when the model is not verified or certified, or a showcase state lies "
                              "outside the certified set (default: warn and record it in summary.json)")

@@ -134,15 +134,24 @@ def positive_float(text: str) -> float:
     return value
 
 
-def positive_int(text: str) -> int:
-    """An integer >= 1 (counts, substeps)."""
+def _integer_at_least(text: str, least: int) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {text!r}")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"must be >= {least}, got {text!r}")
     return value
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (counts, substeps)."""
+    return _integer_at_least(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """An integer >= 0 (seeds: numpy refuses negative ones)."""
+    return _integer_at_least(text, 0)
 
 
 def assignment(text: str) -> tuple[str, float]:

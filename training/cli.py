@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Sequence
 
 from compiler.cli_errors import (OneLineParser, add_common_flags, check_can_create, assignment, finite_float, positive_float,
-                                 positive_int, run_parsed)
+                                 positive_int, nonnegative_int, run_parsed)
 
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
              check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
@@ -103,7 +103,7 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     t.add_argument("--u-max", type=_floats, help="input upper bounds (default: the system's)")
     t.add_argument("--rounds", type=positive_int, help="maximum counterexample rounds")
     t.add_argument("--max-time", type=positive_float, help="wall-clock budget for the rounds [s]")
-    t.add_argument("--seed", type=int, help="seed for torch and numpy")
+    t.add_argument("--seed", type=nonnegative_int, help="seed for torch and numpy")
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
                         "when it passes, and never ships")
@@ -125,7 +125,7 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     v.add_argument("card", type=Path, help="model.json")
     v.add_argument("--samples", type=positive_int, default=200_000, help="uniform samples (default 200000)")
     v.add_argument("--grid", type=positive_int, help="use a full grid with this many points per axis instead")
-    v.add_argument("--seed", type=int, default=None, help="sampling seed (default: the verifier's)")
+    v.add_argument("--seed", type=nonnegative_int, default=None, help="sampling seed (default: the verifier's)")
     v.add_argument("--json", action="store_true", help="print the full report as JSON")
     add_common_flags(v)
 
