@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 import inspect
 import json
+import logging
 import re
 import sys
 from pathlib import Path
@@ -21,6 +22,8 @@ from typing import Sequence
 
 from compiler.cli_errors import (OneLineParser, add_common_flags, check_can_create, assignment, finite_float, positive_float,
                                  positive_int, nonnegative_int, run_parsed)
+
+log = logging.getLogger("training")
 
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
              check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
@@ -172,22 +175,22 @@ def _train(args: argparse.Namespace) -> int:
                            progress=False if args.no_progress else None)
     check = result.final_check
     smoke = " [SMOKE RUN: --quick budgets; do not trust or ship]" if args.quick else ""
-    print(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
-    print(f"  trainer check ({check['n_checked']} states, float64): condition failures "
+    log.info(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
+    log.info(f"  trainer check ({check['n_checked']} states, float64): condition failures "
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
     _print_verification(result.verification)
-    print(f"  training curves: {args.out / 'training_curves.png'}")
+    log.info(f"  training curves: {args.out / 'training_curves.png'}")
     if not result.passed:
         from .diagnose import diagnose
         for line in diagnose(check, result.verification, result.card["state_names"]):
-            print(f"  {line}")
+            log.info(f"  {line}")
     if args.ship and args.quick:
-        print(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")
+        log.info(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")
     elif args.ship and result.passed:
         onnx_path, card_path = ship(args.out, args.models_dir, args.ship)
-        print(f"  shipped {onnx_path} and {card_path}")
+        log.info(f"  shipped {onnx_path} and {card_path}")
     elif args.ship:
-        print(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
+        log.info(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
     if not result.passed:
         return 1
     return SMOKE_PASSED if args.quick else 0
@@ -195,14 +198,14 @@ def _train(args: argparse.Namespace) -> int:
 
 def _print_verification(v: dict | None) -> None:
     if v is None:
-        print("  verifier: skipped")
+        log.info("  verifier: skipped")
         return
-    print(f"  verifier ({v['n_states']} {v['method']} states, compiled float32): condition failures "
+    log.info(f"  verifier ({v['n_states']} {v['method']} states, compiled float32): condition failures "
           f"{v['condition_failures']}, containment failures {v['containment_failures']}, "
           f"coverage {v['coverage']:.3f} (safe set {v['coverage_safe_set']:.3f}) -> "
           f"{'PASS' if v['passed'] else 'FAIL'}")
     if v.get("coverage_backup_safe") is not None:
-        print(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
+        log.info(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
               f"{v['coverage_backup_safe']:.3f} of them certified")
 
 
@@ -216,7 +219,7 @@ def _verify(args: argparse.Namespace) -> int:
         _print_verification(report.to_dict())
         for kind in ("condition_examples", "containment_examples"):
             for ex in getattr(report, kind):
-                print(f"    {kind[:-9]} failure at x={ex['x']}: {ex}")
+                log.info(f"    {kind[:-9]} failure at x={ex['x']}: {ex}")
     return 0 if report.passed else 1
 
 
