@@ -86,9 +86,9 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         time_series(args.out / "time_series.png", traj)
     c = system.constraint(traj.x[0])
     log.info(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
-          f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+             f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
     for fault in traj.metadata["faults"]:
-        print(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
+        log.info(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0
 
 

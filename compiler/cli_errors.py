@@ -11,7 +11,8 @@ its own codes above 2 and documents them in its ``--help``.
 * Usage errors are one line too (``OneLineParser``); numbers are checked where they enter
   (``positive_int``, ``positive_float``, ``finite_float``), so the message names the flag.
 * A failing command leaves nothing behind: ``output_directory`` removes what it created.
-* ``--verbose`` / ``--quiet`` set the level of the ``logging`` module (info lines go to stdout).
+* ``--verbose`` / ``--quiet`` set the level of the ``logging`` module (info lines go to stdout,
+  warnings, Python's included, to stderr as one line each).
 
 It lives in compiler/ because that is the lowest layer every CLI may import.
 """
@@ -26,6 +27,7 @@ import os
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -98,6 +100,12 @@ def configure_logging(args: argparse.Namespace) -> None:
     err.setLevel(logging.WARNING)
     err.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
     logging.basicConfig(level=level, format="%(message)s", handlers=[out, err], force=True)
+    warnings.showwarning = _warning_line
+
+
+def _warning_line(message: Warning | str, category: type[Warning], *_: object, **__: object) -> None:
+    """A Python warning as one logged line (not file:line plus the source line)."""
+    logging.getLogger("py.warnings").warning(f"{one_line(str(message))} ({category.__name__})")
 
 
 def run_parsed(prog: str, args: argparse.Namespace, command: Callable[[], int]) -> int:
