@@ -27,6 +27,7 @@ SIM = [*CBFSIM, "simulate"]
 X0 = ["--x0", "0.1", "0.1"]
 VERIFY = [*CBFSIM, "verify", "model.onnx"]
 TRAIN = [*CBFSIM, "train", "--no-verify", "--no-progress"]
+CERTIFY = [*CBFSIM, "certify", "model.onnx"]
 LOCKED = "@locked"        # replaced by the absolute path of a directory nobody may write into
 
 # name -> (argv run in a fresh copy of the work folder, exit code, words the one line must contain)
@@ -44,6 +45,10 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
     "verify: non-JSON card": ([*VERIFY, "garbage.json"], 1, ("garbage.json", "not valid JSON")),
     "verify: card whose system is unknown": ([*VERIFY, "unknown_system.json"], 1, ("'no_such_plant'",)),
     "verify: 4-state model, 2-state card": ([*CBFSIM, "verify", "big.onnx", "model.json"], 1, ("n=4", "n=2")),
+    "certify: missing card": ([*CERTIFY, "nope.json"], 1, ("nope.json", "no such file")),
+    "certify: empty card": ([*CERTIFY, "empty.json"], 1, ("empty.json", "not valid JSON")),
+    "certify: 4-state model, 2-state card": ([*CBFSIM, "certify", "big.onnx", "model.json"], 1,
+                                             ("4 inputs", "2 states")),
     # controllers, systems, parameters
     "simulate: unknown controller": ([*SIM, "model.json", "--controller", "nope", *X0], 1, ("controller 'nope'",)),
     "train: unknown system": ([*TRAIN, "--system", "no_such_plant", "--out", "run"], 1, ("'no_such_plant'",)),
@@ -69,6 +74,9 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
     "verify: --seed -1": ([*VERIFY, "model.json", "--seed", "-1"], 2, ("--seed", ">= 0")),
     "train: --max-time 0": ([*TRAIN, "--system", "van_der_pol", "--max-time", "0", "--out", "run"], 2,
                             ("--max-time",)),
+    "certify: --dt nan": ([*CERTIFY, "model.json", "--dt", "nan"], 2, ("--dt", "finite")),
+    "certify: --dt -1": ([*CERTIFY, "model.json", "--dt", "-1"], 2, ("--dt", ">= 0")),
+    "certify: --time-limit 0": ([*CERTIFY, "model.json", "--time-limit", "0"], 2, ("--time-limit", "> 0")),
     "cbfc: --inputs 0": ([*CBFC, "model.onnx", "--inputs", "0", "-o", "out"], 2, ("--inputs", ">= 1")),
     "vdp.py: --t-final 0": ([*VDP_SCRIPT, "--t-final", "0", "--out", "out"], 2, ("--t-final", "> 0")),
     "vdp.py: --runs -3": ([*VDP_SCRIPT, "--runs", "-3", "--out", "out"], 2, ("--runs", ">= 1")),
@@ -82,6 +90,8 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
                                      ("a_file/out",)),
     "train: unwritable output": ([*TRAIN, "--system", "van_der_pol", "--quick", "--out", f"{LOCKED}/run"], 1,
                                  (LOCKED,)),
+    "certify: output under a file": ([*CERTIFY, "model.json", "-o", "a_file/cert.json"], 1, ("a_file",)),
+    "certify: unwritable output": ([*CERTIFY, "model.json", "-o", f"{LOCKED}/cert.json"], 1, (LOCKED,)),
     "vdp.py: output under a file": ([*VDP_SCRIPT, "--fast", "--out", "a_file/out"], 1, ("a_file/out",)),
     "vdp.py: unwritable output": ([*VDP_SCRIPT, "--fast", "--out", f"{LOCKED}/out"], 1, (f"{LOCKED}/out",)),
     # commands
