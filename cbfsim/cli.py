@@ -105,8 +105,8 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("card", type=Path, help="its model card (model.json)")
     parser.add_argument("--dt", type=nonnegative_float, default=None,
                         help="control period in seconds (default: the card's config.dt_control, else 0)")
-    parser.add_argument("--time-limit", type=positive_float, default=None,
-                        help="seconds before giving up (not certified)")
+    parser.add_argument("--time-limit", type=nonnegative_float, default=None,
+                        help="seconds before giving up (not certified; 0: at once)")
     parser.add_argument("--margin", type=nonnegative_float, default=None,
                         help="filter margin eps (default: the smallest of 0.001 0.01 0.03 0.1 0.3 that certifies)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
