@@ -97,6 +97,11 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
     # commands
     "cbfsim foo": ([*CBFSIM, "foo"], 2, ("unknown command 'foo'",)),
     "cbfsim without a command": ([*CBFSIM], 2, ("command is required",)),
+    "cbfsim cache foo": ([*CBFSIM, "cache", "foo"], 2, ("'foo'",)),
+    "compile: missing --card": ([*CBFSIM, "compile", "model.onnx", "--card", "nope.json", "-o", "out"], 1,
+                                ("nope.json", "no such file")),
+    "compile: --inputs beyond the card's": ([*CBFSIM, "compile", "model.onnx", "--card", "model.json", "--inputs", "3",
+                                             "-o", "out"], 2, ("--inputs 3", "1 input")),
     "cbfsim simulate --bogus": ([*SIM, "model.json", *X0, "--bogus"], 2, ("--bogus",)),
 }
 OUTPUT_CASES = [name for name, (argv, _, _) in CASES.items() if any(LOCKED in a or "a_file/" in a for a in argv)]
