@@ -206,6 +206,7 @@ def check_can_create(path: Path) -> None:
     if path.exists():
         if not path.is_dir():
             raise NotADirectoryError(20, "not a directory", str(path))
+        _check_writable(path)
         return
     ancestor = path.parent
     while not ancestor.exists() and ancestor.parent != ancestor:

@@ -172,7 +172,7 @@ def outcomes(tmp_path_factory):
         shutil.copytree(template, folder)
         before = snapshot(folder)
         argv = [a.replace(LOCKED, str(locked)) for a in argv]
-        result = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=600)
+        result = subprocess.run(argv, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
         return name, (result, before, snapshot(folder), sorted(p.name for p in locked.iterdir()))
 
     try:
