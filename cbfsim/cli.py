@@ -6,15 +6,25 @@
     cbfsim simulate --help    run the closed loop with a compiled barrier and write the trajectory and figures
     cbfsim certify --help     prove the barrier conditions (and the sampled-data loop) over the whole domain
     cbfsim cache info|clear   show or empty the build cache of compiled barriers
+
+Exit codes: 0 success, 1 error (one line on stderr naming the problem; --debug shows the
+traceback), 2 usage; a command may add its own (see its --help).
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+
+from compiler.cli_errors import (EXIT_USAGE, OneLineParser, add_common_flags, check_can_create, finite_float,
+                                 nonnegative_float, output_directory, positive_float, positive_int, run, run_parsed)
+
+log = logging.getLogger("cbfsim")
+EXIT_NOT_CERTIFIED = 3
 
 SIMULATE_HELP = """Simulate the closed loop of a trained barrier: its model card names the system, the input
 bounds and the class-K gains; the ONNX file beside it is compiled (cached) and evaluated through
@@ -22,21 +32,28 @@ the C++ header. Writes trajectory.npz, phase_portrait.png and time_series.png to
 
 
 def _simulate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cbfsim simulate", description=SIMULATE_HELP)
+    parser = OneLineParser(prog="cbfsim simulate", description=SIMULATE_HELP)
     parser.add_argument("card", type=Path, help="the model card (model.json) of a trained barrier")
-    parser.add_argument("--x0", type=float, nargs="+", required=True, help="initial state (n numbers)")
+    parser.add_argument("--x0", type=finite_float, nargs="+", required=True, help="initial state (n numbers)")
     parser.add_argument("--controller", default=None,
                         help="nominal controller of the system (default: its first one)")
-    parser.add_argument("--t-final", type=float, default=10.0, help="seconds to simulate (default 10)")
-    parser.add_argument("--dt", type=float, default=0.01, help="control period in seconds (default 0.01)")
-    parser.add_argument("--substeps", type=int, default=1, help="RK4 steps per control period (default 1)")
+    parser.add_argument("--t-final", type=positive_float, default=10.0, help="seconds to simulate (default 10)")
+    parser.add_argument("--dt", type=positive_float, default=0.01, help="control period in seconds (default 0.01)")
+    parser.add_argument("--substeps", type=positive_int, default=1, help="RK4 steps per control period (default 1)")
     parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
                         help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
+    add_common_flags(parser)
     return parser
 
 
 def simulate_main(argv: Sequence[str]) -> int:
+    parser = _simulate_parser()
+    args = parser.parse_args(argv)
+    return run_parsed(parser.prog, args, lambda: _simulate(parser, args))
+
+
+def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .barriers import CompiledBarrier
     from .classk import Linear
     from .filters import CBFQP, CBFProjection, HOCBFQP
@@ -46,15 +63,13 @@ def simulate_main(argv: Sequence[str]) -> int:
     from systems import get_system
     from training.model_card import load_card
 
-    args = _simulate_parser().parse_args(argv)
     card = load_card(args.card)
     system = get_system(card.system, **card.system_params)
     x0 = np.asarray(args.x0, dtype=np.float64)
     if x0.shape != (system.n,):
-        print(f"cbfsim simulate: error: --x0 needs {system.n} numbers ({', '.join(system.state_names)}), "
-              f"got {x0.size}", file=sys.stderr)
-        return 2
+        parser.error(f"--x0 needs {system.n} numbers ({', '.join(system.state_names)}), got {x0.size}")
     controller = args.controller or system.nominal_names[0]
+    system.nominal(controller)                  # an unknown name fails here, before any work
     barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
     gains = card.gains
     if args.filter == "none":
@@ -63,17 +78,17 @@ def simulate_main(argv: Sequence[str]) -> int:
         filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]))
     else:
         filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter)
-    traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
-                    order=card.order)
-    args.out.mkdir(parents=True, exist_ok=True)
-    traj.save(args.out / "trajectory.npz")
-    phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
-    time_series(args.out / "time_series.png", traj)
+    with output_directory(args.out):
+        traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
+                        order=card.order)
+        traj.save(args.out / "trajectory.npz")
+        phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
+        time_series(args.out / "time_series.png", traj)
     c = system.constraint(traj.x[0])
-    print(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
-          f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+    log.info(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
+             f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
     for fault in traj.metadata["faults"]:
-        print(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
+        log.info(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0
 
 
@@ -85,35 +100,42 @@ the control period; counterexamples are confirmed in float64. Exit status: 0 cer
 
 
 def _certify_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="cbfsim certify", description=CERTIFY_HELP)
+    parser = OneLineParser(prog="cbfsim certify", description=CERTIFY_HELP)
     parser.add_argument("model", type=Path, help="the barrier (ONNX)")
     parser.add_argument("card", type=Path, help="its model card (model.json)")
-    parser.add_argument("--dt", type=float, default=None,
+    parser.add_argument("--dt", type=nonnegative_float, default=None,
                         help="control period in seconds (default: the card's config.dt_control, else 0)")
-    parser.add_argument("--time-limit", type=float, default=None, help="seconds before giving up (not certified)")
-    parser.add_argument("--margin", type=float, default=None,
+    parser.add_argument("--time-limit", type=nonnegative_float, default=None,
+                        help="seconds before giving up (not certified; 0: at once)")
+    parser.add_argument("--margin", type=nonnegative_float, default=None,
                         help="filter margin eps (default: the smallest of 0.001 0.01 0.03 0.1 0.3 that certifies)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
+    add_common_flags(parser)
     return parser
 
 
 def certify_main(argv: Sequence[str]) -> int:
-    from compiler.errors import CbfsimError
+    parser = _certify_parser()
+    args = parser.parse_args(argv)
+    return run_parsed(parser.prog, args, lambda: _certify(args))
+
+
+def _certify(args: argparse.Namespace) -> int:
     from training.certify import certify
 
-    args = _certify_parser().parse_args(argv)
-    try:
-        cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
-                       progress=sys.stderr.isatty())
-    except (CbfsimError, ValueError, OSError) as exc:
-        line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"cbfsim certify: error: {line}", file=sys.stderr)
-        return 1
-    print(cert.summary())
+    if args.output is not None:                 # before the search, not after it
+        check_can_create(args.output.parent)
+    cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
+                   progress=sys.stderr.isatty())
+    log.info(cert.summary())
     if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
         cert.to_json(args.output)
-        print(f"  wrote {args.output}")
-    return 0 if cert.certified else 3
+        log.info(f"  wrote {args.output}")
+    return 0 if cert.certified else EXIT_NOT_CERTIFIED
+
+
+COMMANDS = ("train", "verify", "compile", "simulate", "certify", "cache")
 
 
 def _card_beside(model: Path):
@@ -135,19 +157,17 @@ def compile_main(argv: Sequence[str]) -> int:
     """cbfc, knowing the plant when a model card is given (--card) or sits beside the ONNX file:
     --inputs then defaults to the plant's m, and a larger --inputs is refused (a barrier compiled
     for inputs the plant does not have is silently wrong)."""
-    parser = argparse.ArgumentParser(prog="cbfsim compile", add_help=False)
+    parser = OneLineParser(prog="cbfsim compile", add_help=False)
     parser.add_argument("--card", type=Path)
-    parser.add_argument("--inputs", "-m", type=int)
+    parser.add_argument("--inputs", "-m", type=positive_int)
     known, rest = parser.parse_known_args(argv)
-    found = None
+    return run(parser.prog, lambda: _compile_with_card(parser, known, rest), debug="--debug" in rest)
+
+
+def _compile_with_card(parser: argparse.ArgumentParser, known: argparse.Namespace, rest: list[str]) -> int:
+    from training.model_card import load_card
     if known.card is not None:
-        from compiler.errors import CbfsimError
-        from training.model_card import load_card
-        try:
-            found = known.card, load_card(known.card)
-        except (CbfsimError, OSError) as exc:
-            print(f"cbfsim compile: error: {known.card}: {' '.join(str(exc).split())}", file=sys.stderr)
-            return 1
+        found = known.card, load_card(known.card)
     else:
         model = next((Path(a) for a in rest if a.lower().endswith(".onnx")), None)
         found = _card_beside(model) if model is not None else None
@@ -155,37 +175,34 @@ def compile_main(argv: Sequence[str]) -> int:
         path, card = found
         m = len(card.input_names)
         if known.inputs is not None and known.inputs > m:
-            print(f"cbfsim compile: error: --inputs {known.inputs} is more than the {m} input(s) "
-                  f"({', '.join(card.input_names)}) of system {card.system!r} in {path}", file=sys.stderr)
-            return 2
+            parser.error(f"--inputs {known.inputs} is more than the {m} input(s) "
+                         f"({', '.join(card.input_names)}) of system {card.system!r} in {path}")
         known.inputs = m if known.inputs is None else known.inputs
     from compiler.cli import main as cbfc
-    return cbfc(rest + ([] if known.inputs is None else ["--inputs", str(known.inputs)]))
+    return cbfc(rest + ([] if known.inputs is None else ["--inputs", str(known.inputs)]), prog=parser.prog)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    commands = {"train", "verify", "compile", "simulate", "certify", "cache"}
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
+    if argv and argv[0] in ("-h", "--help"):
         print(__doc__.strip())
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0
+    if not argv or argv[0] not in COMMANDS:
+        problem = f"unknown command {argv[0]!r}" if argv else "a command is required"
+        print(f"cbfsim: error: {problem}; choose from {', '.join(COMMANDS)} (see cbfsim --help)", file=sys.stderr)
+        return EXIT_USAGE
     command, rest = argv[0], argv[1:]
     if command == "compile":
         return compile_main(rest)
     if command == "cache":
         from .runtime.cache_command import cache_main
         return cache_main(rest)
-    from compiler.errors import CbfsimError
-    try:
-        if command == "simulate":
-            return simulate_main(rest)
-        if command == "certify":
-            return certify_main(rest)
-        from training.cli import main as training_main
-        return training_main([command, *rest])
-    except CbfsimError as exc:         # an unreadable or refused model: one line, no traceback
-        print(f"cbfsim {command}: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+    if command == "simulate":
+        return simulate_main(rest)
+    if command == "certify":
+        return certify_main(rest)
+    from training.cli import main as training_main
+    return training_main([command, *rest], prog="cbfsim")
 
 
 if __name__ == "__main__":

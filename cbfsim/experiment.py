@@ -9,8 +9,8 @@ the OSQP filter, the verifier on the model, figures and ``summary.json``.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import numpy as np
+
+from compiler.cli_errors import (OneLineParser, add_common_flags, output_directory, positive_float, positive_int,
+                                 nonnegative_int, run_parsed)
 
 from .barriers import CompiledBarrier
 from .classk import Linear
@@ -27,6 +30,8 @@ from .preflight import PreflightWarning, card_findings, initial_state_findings, 
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
 from .trajectory import RunStatus, Trajectory
+
+log = logging.getLogger("cbfsim.experiment")
 
 
 @dataclass(frozen=True)
@@ -250,31 +255,39 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 def main(spec: ExperimentSpec, argv: Sequence[str] | None = None) -> int:
-    """The command line shared by the experiment scripts."""
-    parser = argparse.ArgumentParser(description=f"Closed-loop experiment '{spec.name}' with its compiled neural barrier.")
+    """The command line shared by the experiment scripts. Exit codes: 0 safe and verified,
+    1 a violation or verifier failure, or an error (one line naming it), 2 usage."""
+    parser = OneLineParser(description=f"Closed-loop experiment '{spec.name}' with its compiled neural barrier.")
     parser.add_argument("--out", type=Path, default=None,
                         help=f"output directory (default results/{spec.name}/, with --fast results/{spec.name}-fast/)")
-    parser.add_argument("--runs", type=int, default=None, help=f"random initial states (default {spec.runs})")
-    parser.add_argument("--t-final", type=float, default=None, help=f"seconds per run (default {spec.t_final})")
+    parser.add_argument("--runs", type=positive_int, default=None, help=f"random initial states (default {spec.runs})")
+    parser.add_argument("--t-final", type=positive_float, default=None,
+                        help=f"seconds per run (default {spec.t_final})")
     parser.add_argument("--fast", action="store_true", help="a quick check: 20 runs, a short horizon, fewer samples")
     parser.add_argument("--retrain", action="store_true", help="train the barrier anew instead of the shipped one")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random initial states")
+    parser.add_argument("--seed", type=nonnegative_int, default=0, help="seed of the random initial states")
     parser.add_argument("--strict", action="store_true",
                         help="refuse to run when the model is not verified or certified, or a showcase state lies "
                              "outside the certified set (default: warn and record it in summary.json)")
+    add_common_flags(parser)
     args = parser.parse_args(argv)
     if args.out is None:
         args.out = Path("results") / (f"{spec.name}-fast" if args.fast else spec.name)
-    models_dir = retrain(spec, args.out) if args.retrain else None
-    runs, t_final, samples = args.runs, args.t_final, None
-    if args.fast:
-        runs, t_final, samples = runs or 20, t_final or min(spec.t_final, 2.0), 20_000
-    with warnings.catch_warnings():     # print_summary lists the preflight findings once
-        warnings.simplefilter("ignore", PreflightWarning)
-        summary = run_experiment(spec, args.out, runs=runs, t_final=t_final, models_dir=models_dir,
-                                 verify_samples=samples, seed=args.seed, strict=args.strict)
+    return run_parsed(parser.prog, args, lambda: _run_command(spec, args))
+
+
+def _run_command(spec: ExperimentSpec, args: Any) -> int:
+    with output_directory(args.out):
+        models_dir = retrain(spec, args.out) if args.retrain else None
+        runs, t_final, samples = args.runs, args.t_final, None
+        if args.fast:
+            runs, t_final, samples = runs or 20, t_final or min(spec.t_final, 2.0), 20_000
+        with warnings.catch_warnings():     # print_summary lists the preflight findings once
+            warnings.simplefilter("ignore", PreflightWarning)
+            summary = run_experiment(spec, args.out, runs=runs, t_final=t_final, models_dir=models_dir,
+                                     verify_samples=samples, seed=args.seed, strict=args.strict)
     print_summary(summary)
-    print(f"  figures and summary.json in {args.out}/")
+    log.info(f"  figures and summary.json in {args.out}/")
     ok = summary["violations_filtered"] == 0 and summary["verify"]["condition_failures"] == 0 \
         and summary["verify"]["containment_failures"] == 0
     return 0 if ok else 1

@@ -1,26 +1,31 @@
 """cbfc: compile an ONNX barrier into NAME.hpp + NAME_abi.cpp and print the cost report.
 
-Exit codes: 0 success, 1 model error (one paragraph, no traceback), 2 usage error.
+Exit codes: 0 success, 1 error (one line naming the problem, no traceback; --debug shows it), 2 usage error.
 Only ONNX is read from disk: a PyTorch checkpoint is a pickle, and loading one can run code.
 """
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from pathlib import Path
 
 from .errors import CompilerError
+from .cli_errors import OneLineParser, add_common_flags, output_directory, positive_int, run_parsed
 from .limits import add_limit_arguments, limits_from_args
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="cbfc",
+log = logging.getLogger("cbfc")
+
+
+def build_parser(prog: str = "cbfc") -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=prog,
         description="Compile a neural control barrier function (ONNX) into one self-contained C++17 header "
                     "that returns h, L_f h, L_G h (and, with --order 2, L_f^2 h and L_G L_f h) exactly by "
                     "dual numbers, from static memory; plus an extern \"C\" shim for ctypes.")
     parser.add_argument("model", help="the barrier network as an ONNX file (export with torch.onnx.export)")
-    parser.add_argument("--inputs", "-m", type=int, required=True, metavar="M",
+    parser.add_argument("--inputs", "-m", type=positive_int, required=True, metavar="M",
                         help="number of control inputs m (columns of G(x))")
     parser.add_argument("--order", type=int, choices=(1, 2), default=1,
                         help="1: h, L_f h, L_G h; 2: also L_f^2 h and L_G L_f h (needs C^2 activations)")
@@ -31,16 +36,19 @@ def build_parser() -> argparse.ArgumentParser:
                              "direction at a time, recomputing the real path (the paper's 2 max n_i workspace)")
     parser.add_argument("-o", "--output", required=True, metavar="DIR", help="directory for NAME.hpp and NAME_abi.cpp")
     add_limit_arguments(parser.add_argument_group("resource limits (checked before allocating)"))
+    add_common_flags(parser)
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: list[str] | None = None, prog: str = "cbfc") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)           # exits with 2 on usage errors
+    return run_parsed(prog, args, lambda: _compile(parser, args))
+
+
+def _compile(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .api import compile_model
     from .emit_cpp import check_identifier
-    if args.inputs < 1:
-        parser.error(f"--inputs must be >= 1, got {args.inputs}")
     if args.name is not None:
         try:
             check_identifier(args.name)
@@ -54,14 +62,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         compiled = compile_model(path, inputs=args.inputs, order=args.order, dtype=args.dtype, name=args.name,
                                  layout=args.layout, limits=limits_from_args(args))
+    except CompilerError as exc:            # the same error, naming the model (the policy prints it)
+        raise CompilerError(f"{path}: {exc}") from exc
+    with output_directory(Path(args.output)):
         header, abi = compiled.write(args.output)
-    except (CompilerError, ValueError, OSError) as exc:
-        message = " ".join(str(exc).split())
-        print(f"cbfc: error: {path}: {message}", file=sys.stderr)
-        return 1
-    print(f"wrote {header} and {abi}")
+    log.info(f"wrote {header} and {abi}")
     for line in compiled.report.lines():
-        print("  " + line)
+        log.info("  " + line)
     return 0
 
 

@@ -22,6 +22,8 @@ from sympy.printing.precedence import PRECEDENCE
 from . import _fast
 from ._lambdify import NumPyExactPrinter, PythonExactPrinter, lambdify
 
+from compiler.errors import CbfsimError
+
 if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
     import torch
 
@@ -67,6 +69,13 @@ def _columns(x: Any, n: int) -> tuple[list[np.ndarray], tuple[int, ...]]:
     """The n state columns of x ((n,) or (B, n)) and the batch shape."""
     arr = _as_states(x, n)
     return [arr[..., i] for i in range(n)], arr.shape[:-1]
+
+
+class UnknownControllerError(CbfsimError, KeyError):
+    """A nominal controller name the system does not define."""
+
+    def __str__(self) -> str:          # KeyError quotes its message; a CLI prints one clean line
+        return str(self.args[0])
 
 
 def _sympify_param(value: Any) -> sp.Expr:
@@ -458,8 +467,8 @@ class ControlAffineSystem:
         try:
             return self.nominals[name]
         except KeyError:
-            raise KeyError(f"{self.name} has no nominal controller {name!r}; "
-                           f"available: {sorted(self.nominals)}") from None
+            raise UnknownControllerError(f"{self.name} has no nominal controller {name!r}; "
+                                         f"available: {sorted(self.nominals)}") from None
 
     def with_params(self, **overrides: float) -> "ControlAffineSystem":
         """A new system with some parameters replaced (the params stay frozen)."""

@@ -47,6 +47,10 @@ class UnknownSystemError(CbfsimError, KeyError):
         return str(self.args[0])
 
 
+class SystemParameterError(CbfsimError, TypeError):
+    """A parameter name the system does not have (e.g. a card or --param for another plant)."""
+
+
 def _as_factory(obj: Any, where: str) -> Factory:
     """A ControlAffineSystem subclass becomes ``lambda **p: cls(cls.Params(**p))``."""
     if inspect.isclass(obj):
@@ -131,4 +135,9 @@ def get_system(name: str, **param_overrides: float) -> ControlAffineSystem:
     factory = {"builtin": BUILTIN.get, "registered": _REGISTERED.get}.get(origin, lambda _: None)(name)
     if factory is None:
         factory = _import_factory(name)
-    return factory(**param_overrides)
+    try:
+        return factory(**param_overrides)
+    except TypeError as exc:            # a parameter the plant does not have (its Params dataclass says so)
+        if "unexpected keyword argument" not in str(exc):
+            raise
+        raise SystemParameterError(f"system {name!r}: {exc}") from None

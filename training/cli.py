@@ -4,8 +4,9 @@ Every TrainConfig field is a ``train`` flag (``--w-condition``, ``--label-lost``
 
 Exit status: 0 when the barrier passes (trainer check and compiled verifier clean), 1 when
 failures remain (the outputs are still written, with the failures in model.json, and a
-diagnosis is printed), 2 on usage or configuration errors, 4 when a ``--quick`` smoke run
-passed (its budgets are too small to trust or ship the result).
+diagnosis is printed) or on an error (one line naming it: a bad configuration, system, card
+or file), 2 on usage errors (a bad flag or value), 4 when a ``--quick`` smoke run passed
+(its budgets are too small to trust or ship the result).
 """
 from __future__ import annotations
 
@@ -13,28 +14,30 @@ import argparse
 import dataclasses
 import inspect
 import json
+import logging
 import re
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from compiler.cli_errors import (OneLineParser, add_common_flags, check_can_create, assignment, finite_float, positive_float,
+                                 positive_int, nonnegative_float, nonnegative_int, run_parsed)
+
+log = logging.getLogger("training")
 
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
              check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
 
 
 def _floats(text: str) -> list[float]:
-    return [float(v) for v in text.split(",") if v.strip()]
+    return [finite_float(v) for v in text.split(",") if v.strip()]
 
 
 def _ints(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
-
-
-def _param(text: str) -> tuple[str, float]:
-    if "=" not in text:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    name, value = text.split("=", 1)
-    return name.strip(), float(value)
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
 SMOKE_PASSED = 4
@@ -70,14 +73,14 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif kind.startswith("list[float]"):
             group.add_argument(flag, type=_floats, metavar="X1,X2,...", help=help_text)
         elif kind in ("int", "float"):
-            group.add_argument(flag, type=int if kind == "int" else float, help=help_text)
+            group.add_argument(flag, type=int if kind == "int" else finite_float, help=help_text)
         else:
             raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m training.cli",
+def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog=prog,
         description="Train and verify neural control barrier functions for the plants in systems/.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -89,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig")
     t.add_argument("--system", help="plant name from systems (van_der_pol, bicycle, inverted_pendulum, acc, "
                                     "unicycle, double_integrator)")
-    t.add_argument("--param", type=_param, action="append", default=[], metavar="NAME=VALUE",
+    t.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
                    help="override a system parameter (repeatable), e.g. --param mu=1.5")
     t.add_argument("--widths", type=_ints, metavar="W1,W2,...", help="hidden layer widths, e.g. 64,64")
     t.add_argument("--activation", help="relu, softplus, tanh, ... (order 2 needs a smooth one)")
@@ -102,11 +105,12 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--domain-hi", type=_floats, metavar="X1,X2,...", help="training box upper corner")
     t.add_argument("--u-min", type=_floats, help="input lower bounds (default: the system's)")
     t.add_argument("--u-max", type=_floats, help="input upper bounds (default: the system's)")
-    t.add_argument("--rounds", type=int, help="maximum counterexample rounds")
-    t.add_argument("--max-time", type=float, help="wall-clock budget for the rounds [s]")
-    t.add_argument("--seed", type=int, help="seed for torch and numpy")
-    t.add_argument("--dt", "--dt-control", dest="dt", type=float, help="control period [s] the certifier proves the zero-order-hold loop "
-                                            "for (with --certify; 0: continuous time)")
+    t.add_argument("--rounds", type=positive_int, help="maximum counterexample rounds")
+    t.add_argument("--max-time", type=positive_float, help="wall-clock budget for the rounds [s]")
+    t.add_argument("--seed", type=nonnegative_int, help="seed for torch and numpy")
+    t.add_argument("--dt", "--dt-control", dest="dt", type=nonnegative_float,
+                   help="control period [s] the certifier proves the zero-order-hold loop for (with --certify; "
+                        "0: continuous time)")
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
                         "when it passes, and never ships")
@@ -118,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
                                                    "MODELS_DIR/NAME.json")
     t.add_argument("--models-dir", type=Path, default=Path("experiments/models"), help="where --ship copies to")
     _add_config_flags(t)
+    add_common_flags(t)
 
     v = sub.add_parser("verify", help="verify a compiled barrier against its model card",
                        description="Compile model.onnx and check, on seeded uniform samples (or a grid) of the "
@@ -125,12 +130,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "condition under the input box, and coverage.  Pointwise, not a proof.")
     v.add_argument("model", type=Path, help="model.onnx (or a directory holding it)")
     v.add_argument("card", type=Path, help="model.json")
-    v.add_argument("--samples", type=int, default=200_000, help="uniform samples (default 200000)")
-    v.add_argument("--grid", type=int, help="use a full grid with this many points per axis instead")
-    v.add_argument("--seed", type=int, default=None, help="sampling seed (default: the verifier's)")
+    v.add_argument("--samples", type=positive_int, default=200_000, help="uniform samples (default 200000)")
+    v.add_argument("--grid", type=positive_int, help="use a full grid with this many points per axis instead")
+    v.add_argument("--seed", type=nonnegative_int, default=None, help="sampling seed (default: the verifier's)")
     v.add_argument("--json", action="store_true", help="print the full report as JSON")
+    add_common_flags(v)
 
-    sub.add_parser("presets", help="list the shipped training presets")
+    add_common_flags(sub.add_parser("presets", help="list the shipped training presets"))
     return parser
 
 
@@ -142,7 +148,10 @@ def _config_from_args(args: argparse.Namespace):
     if args.preset:
         cfg = preset(args.preset)
     elif args.config:
-        cfg = TrainConfig.from_dict(json.loads(args.config.read_text()))
+        try:
+            cfg = TrainConfig.from_dict(json.loads(args.config.read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{args.config}: not a JSON TrainConfig ({exc})") from None
     elif args.system:
         cfg = TrainConfig(system=args.system)
     else:
@@ -165,35 +174,35 @@ def _train(args: argparse.Namespace) -> int:
     from .presets import ship
     from .trainer import train_barrier
     cfg = _config_from_args(args)
+    check_can_create(args.out)
     result = train_barrier(cfg, args.out, overwrite=args.force, verify=not args.no_verify,
                            progress=False if args.no_progress else None)
     check = result.final_check
     smoke = " [SMOKE RUN: --quick budgets; do not trust or ship]" if args.quick else ""
-    print(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
-    print(f"  trainer check ({check['n_checked']} states, float64): condition failures "
+    log.info(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
+    log.info(f"  trainer check ({check['n_checked']} states, float64): condition failures "
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
     _print_verification(result.verification)
     if result.certificate is not None:
         c = result.certificate
-        print(f"  certifier (dt {c.dt:g} s): {'CERTIFIED' if c.certified else 'NOT certified'}, margin {c.margin:g}, "
-              f"certified coverage {c.certified_coverage:.3f}, {c.boxes['evaluated']} boxes, {c.wall_time_s:.1f} s "
-              f"-> {args.out / 'model.cert.json'}")
-    print(f"  training curves: {args.out / 'training_curves.png'}")
+        log.info(f"  certifier (dt {c.dt:g} s): {'CERTIFIED' if c.certified else 'NOT certified'}, margin {c.margin:g}, "
+                 f"certified coverage {c.certified_coverage:.3f}, {c.boxes['evaluated']} boxes, {c.wall_time_s:.1f} s "
+                 f"-> {args.out / 'model.cert.json'}")
+    log.info(f"  training curves: {args.out / 'training_curves.png'}")
     if not result.passed:
-        from .diagnose import diagnose
-        from .diagnose import diagnose_certificate
+        from .diagnose import diagnose, diagnose_certificate
         lines = diagnose(check, result.verification, result.card["state_names"])
         if result.certificate is not None and not result.certificate.certified:
             lines += diagnose_certificate(result.certificate, result.card["state_names"])
         for line in lines:
-            print(f"  {line}")
+            log.info(f"  {line}")
     if args.ship and args.quick:
-        print(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")
+        log.info(f"  not shipped as {args.ship!r}: a --quick smoke run is never shipped")
     elif args.ship and result.passed:
         onnx_path, card_path = ship(args.out, args.models_dir, args.ship)
-        print(f"  shipped {onnx_path} and {card_path}")
+        log.info(f"  shipped {onnx_path} and {card_path}")
     elif args.ship:
-        print(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
+        log.info(f"  not shipped as {args.ship!r}: failures remain (see {args.out / 'model.json'})")
     if not result.passed:
         return 1
     return SMOKE_PASSED if args.quick else 0
@@ -201,14 +210,14 @@ def _train(args: argparse.Namespace) -> int:
 
 def _print_verification(v: dict | None) -> None:
     if v is None:
-        print("  verifier: skipped")
+        log.info("  verifier: skipped")
         return
-    print(f"  verifier ({v['n_states']} {v['method']} states, compiled float32): condition failures "
+    log.info(f"  verifier ({v['n_states']} {v['method']} states, compiled float32): condition failures "
           f"{v['condition_failures']}, containment failures {v['containment_failures']}, "
           f"coverage {v['coverage']:.3f} (safe set {v['coverage_safe_set']:.3f}) -> "
           f"{'PASS' if v['passed'] else 'FAIL'}")
     if v.get("coverage_backup_safe") is not None:
-        print(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
+        log.info(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
               f"{v['coverage_backup_safe']:.3f} of them certified")
 
 
@@ -222,7 +231,7 @@ def _verify(args: argparse.Namespace) -> int:
         _print_verification(report.to_dict())
         for kind in ("condition_examples", "containment_examples"):
             for ex in getattr(report, kind):
-                print(f"    {kind[:-9]} failure at x={ex['x']}: {ex}")
+                log.info(f"    {kind[:-9]} failure at x={ex['x']}: {ex}")
     return 0 if report.passed else 1
 
 
@@ -234,20 +243,11 @@ def _presets() -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+def main(argv: Sequence[str] | None = None, prog: str = "python -m training.cli") -> int:
+    parser = build_parser(prog)
     args = parser.parse_args(argv)
-    from .config import ConfigError
-    from .model_card import CardError
-    try:
-        if args.command == "train":
-            return _train(args)
-        if args.command == "verify":
-            return _verify(args)
-        return _presets()
-    except (ConfigError, CardError, FileExistsError, FileNotFoundError, KeyError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    commands = {"train": _train, "verify": _verify, "presets": lambda _: _presets()}
+    return run_parsed(f"{prog} {args.command}", args, lambda: commands[args.command](args))
 
 
 if __name__ == "__main__":

@@ -80,8 +80,15 @@ class ModelCard:
     def from_json(cls, source: str | os.PathLike) -> "ModelCard":
         """From JSON text or a path to a .json file."""
         text = str(source)
-        if isinstance(source, os.PathLike) or (not text.lstrip().startswith("{") and Path(text).is_file()):
-            text = Path(source).read_text()
+        if not (isinstance(source, os.PathLike) or (not text.lstrip().startswith("{") and Path(text).is_file())):
+            return cls._from_text(text)
+        try:                                    # name the file in every complaint about it
+            return cls._from_text(Path(source).read_text())
+        except (CardError, UnicodeDecodeError) as exc:
+            raise CardError(f"{source}: {exc}") from None
+
+    @classmethod
+    def _from_text(cls, text: str) -> "ModelCard":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:

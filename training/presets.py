@@ -21,7 +21,14 @@ import math
 import shutil
 from pathlib import Path
 
-from .config import TrainConfig
+from .config import ConfigError, TrainConfig
+
+
+class UnknownPresetError(ConfigError, KeyError):
+    """A preset name that is not shipped (a KeyError for lookups, a ConfigError for the CLI)."""
+
+    def __str__(self) -> str:          # KeyError quotes its message; a CLI prints one clean line
+        return str(self.args[0])
 
 PI = math.pi
 PRESETS: dict[str, TrainConfig] = {
@@ -43,7 +50,7 @@ PRESETS: dict[str, TrainConfig] = {
 def preset(name: str, **overrides) -> TrainConfig:
     """A copy of a preset config, with fields overridden."""
     if name not in PRESETS:
-        raise KeyError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
+        raise UnknownPresetError(f"unknown preset {name!r}; choose from {', '.join(PRESETS)}")
     return PRESETS[name].replace(**overrides)
 
 

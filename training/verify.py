@@ -37,6 +37,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from compiler.errors import ShapeError
+
 from .model_card import ModelCard, load_card
 from .samplers import ConstraintTools, backup_safe, grid as make_grid, level_set, system_terms, uniform
 
@@ -138,7 +140,7 @@ def verify(model: Any, card: ModelCard | Mapping[str, Any] | str | os.PathLike, 
     system = _system(card)
     lib = _load_lib(model, card, source)
     if lib.n != system.n or lib.m != system.m:
-        raise ValueError(f"compiled barrier has n={lib.n}, m={lib.m}; system {card.system!r} has "
+        raise ShapeError(f"compiled barrier has n={lib.n}, m={lib.m}; system {card.system!r} has "
                          f"n={system.n}, m={system.m}")
     lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
     umin, umax = np.asarray(card.u_min), np.asarray(card.u_max)
