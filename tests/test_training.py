@@ -201,7 +201,7 @@ def test_cli_verify_and_errors(trained, capsys: pytest.CaptureFixture) -> None:
     assert cli_main(["verify", str(out / "model.onnx"), str(out / "model.json"), "--samples", "20000"]) == 0
     assert "PASS" in capsys.readouterr().out
     assert cli_main(["train", "--system", "inverted_pendulum", "--order", "2", "--activation", "relu",
-                     "--out", str(out.parent / "bad")]) == 2
+                     "--out", str(out.parent / "bad")]) == 1          # an invalid config: error, one line
     assert "order 2" in capsys.readouterr().err
     assert not (out.parent / "bad").exists()
 
