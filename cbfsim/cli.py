@@ -43,6 +43,9 @@ def _simulate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
                         help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
+    parser.add_argument("--strict", action="store_true",
+                        help="refuse to run when x0 lies outside the constraint or certified set, the card's "
+                             "verification failed, or the model has no certificate (default: warn and record)")
     add_common_flags(parser)
     return parser
 
@@ -56,8 +59,10 @@ def simulate_main(argv: Sequence[str]) -> int:
 def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .barriers import CompiledBarrier
     from .classk import Linear
+    from .experiment import certified_margin, load_certificate
     from .filters import CBFQP, CBFProjection, HOCBFQP
     from .plots import phase_portrait, time_series
+    from .preflight import card_findings, report
     from .runtime import compile_barrier
     from .simulate import simulate
     from systems import get_system
@@ -72,15 +77,22 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     system.nominal(controller)                  # an unknown name fails here, before any work
     barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
     gains = card.gains
+    certificate = load_certificate(Path(args.card))
+    margin = certified_margin(certificate)      # the certificate holds only with exactly its margin
+    findings = card_findings(card, certificate)
+    if args.strict:
+        report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
     if args.filter == "none":
         filt = None
     elif card.order == 1:
-        filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]))
+        filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]), margin=margin)
     else:
-        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter)
+        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin)
     with output_directory(args.out):
         traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
-                        order=card.order)
+                        order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
+                                                    "filter_margin": margin}, strict=args.strict)
+        report(findings, strict=False, where="")        # warned once the run stands (errors stay one line)
         traj.save(args.out / "trajectory.npz")
         phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
         time_series(args.out / "time_series.png", traj)

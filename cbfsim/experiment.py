@@ -56,19 +56,12 @@ def _filters(card, system, order: int, margin: float = 0.0):
     each enforcing its constraint row with ``margin`` (the certificate's filter margin eps: the
     certificate holds only for a filter that enforces exactly that margin)."""
     gains = card.gains
-    extra = {"margin": float(margin)} if margin else {}
-    try:
-        if order == 1:
-            alpha = Linear(gains["gamma"])
-            return CBFProjection(system, alpha, **extra), CBFQP(system, alpha, **extra)
-        alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
-        return (HOCBFQP(system, alpha1, alpha2, solver="projection", **extra),
-                HOCBFQP(system, alpha1, alpha2, solver="osqp", **extra))
-    except TypeError as exc:
-        if extra and "margin" in str(exc):
-            raise RuntimeError(f"the certificate needs a filter margin of {margin:g}, but these filters take no "
-                               "margin= argument") from exc
-        raise
+    if order == 1:
+        alpha = Linear(gains["gamma"])
+        return CBFProjection(system, alpha, margin=margin), CBFQP(system, alpha, margin=margin)
+    alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
+    return (HOCBFQP(system, alpha1, alpha2, solver="projection", margin=margin),
+            HOCBFQP(system, alpha1, alpha2, solver="osqp", margin=margin))
 
 
 def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
@@ -109,6 +102,11 @@ def load_certificate(card_path: Path) -> dict[str, Any] | None:
     """The certificate stored beside a model card (``NAME.cert.json``), or None."""
     path = card_path.with_suffix(".cert.json")
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+def certified_margin(certificate: dict[str, Any] | None) -> float:
+    """The filter margin a certificate asks for (0 when there is no certificate or it failed)."""
+    return float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
 
 
 def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -155,7 +153,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
     barrier = CompiledBarrier(lib)
     certificate = load_certificate(card_path)
-    margin = float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
+    margin = certified_margin(certificate)
     batch_filter, showcase_filter = _filters(card, system, order, margin)
     lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
     runs = spec.runs if runs is None else runs

@@ -92,8 +92,9 @@ def card_findings(card: Any, certificate: Mapping[str, Any] | None = None) -> li
 
 def report(findings: Sequence[Finding], strict: bool = False, where: str = "simulation") -> list[dict[str, Any]]:
     """Warn about (or, with ``strict``, raise on) the findings; return them as dicts to record."""
+    prefix = f"{where}: " if where else ""
     if findings and strict:
-        raise UnsafeRunError(f"{where}: " + "; ".join(f.message for f in findings))
+        raise UnsafeRunError(prefix + "; ".join(f.message for f in findings))
     for finding in findings:
-        warnings.warn(f"{where}: {finding.message}", PreflightWarning, stacklevel=3)
+        warnings.warn(prefix + finding.message, PreflightWarning, stacklevel=3)
     return [f.to_dict() for f in findings]
