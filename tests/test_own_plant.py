@@ -58,6 +58,8 @@ def test_the_worked_example_runs_in_fast_mode(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["min_constraint_filtered"] >= 0 > summary["min_constraint_nominal"]
     assert summary["slack_steps"] == 0
+    certificate = json.loads((tmp_path / "model" / "model.cert.json").read_text())
+    assert certificate["certified"] == summary["certified"] and "claim" in certificate
     assert {"cart_barrier.hpp", "cbf_config.hpp", "cbf_system.hpp"} <= set(summary["firmware_headers"])
     for figure in ("phase_portrait.png", "time_series.png", "model/training_curves.png"):
         assert (tmp_path / figure).stat().st_size > 10_000

@@ -1,6 +1,6 @@
 """Your own plant, end to end: a cart with drag and a position limit (cart.py, a plant cbfsim does
-not ship) from its definition through training, verification, compilation and closed-loop
-simulation to the firmware headers.
+not ship) from its definition through training, verification, certification, compilation and
+closed-loop simulation to the firmware headers.
 
     python examples/own_plant/run.py          # results/own_plant/   (about a minute)
     python examples/own_plant/run.py --fast   # results/own_plant-fast/ (a smoke run of the same steps)
@@ -48,28 +48,41 @@ def main(argv: list[str] | None = None) -> int:
     result = train_barrier(config, out / "model", overwrite=True, progress=False)
     print(result)
 
-    # 2. compile: one C++ header + the C shim, built and loaded through ctypes (cached)
+    # 2. certify: a proof for the sampled loop at the control period, or counterexamples / undecided
+    #    boxes (the filter then runs with the certificate's margin only if it certified)
+    from training.certify import certify
+    certificate = certify(out / "model" / "model.onnx", out / "model" / "model.json", dt=0.01,
+                          time_limit=15.0 if args.fast else 120.0)
+    certificate_path = out / "model" / "model.cert.json"
+    certificate_path.write_text(json.dumps(certificate.to_dict(), indent=2) + "\n")
+    margin = certificate.margin if certificate.certified else 0.0
+    print(f"certificate: {'CERTIFIED' if certificate.certified else 'NOT certified'} "
+          f"({certificate.boxes['evaluated']} boxes, {certificate.wall_time_s:.1f} s) -> {certificate_path}")
+
+    # 3. compile: one C++ header + the C shim, built and loaded through ctypes (cached)
     system = get_system(SYSTEM)
     lib = compile_barrier(out / "model" / "model.onnx", inputs=system.m, name="cart_barrier")
     print(f"compiled {lib.header_path.name}: workspace {lib.workspace_bytes} B")
 
-    # 3. simulate: the nominal controller drives through the limit; the filter brakes in time
+    # 4. simulate: the nominal controller drives through the limit; the filter brakes in time
     x0 = np.array([-0.5, 0.0])
-    filt = CBFQP(system, Linear(config.gamma))
+    filt = CBFQP(system, Linear(config.gamma), margin=margin)
     filtered = simulate(system, CompiledBarrier(lib), filt, "cruise", x0, t_final=6.0, dt_control=0.01)
     nominal = simulate(system, CompiledBarrier(lib), None, "cruise", x0, t_final=6.0, dt_control=0.01)
     phase_portrait(out / "phase_portrait.png", system, CompiledBarrier(lib), trajectories=filtered,
                    nominal=nominal, title="Cart with drag: filtered vs nominal")
     time_series(out / "time_series.png", filtered, title="Cart with drag: one run from p = -0.5, v = 0")
 
-    # 4. firmware: the same header plus the plant and run constants for make -C firmware
+    # 5. firmware: the same header plus the plant and run constants for make -C firmware
     from cbfsim.device import RunConfig, generate
     generated = generate(out / "model" / "model.onnx", RunConfig(system=SYSTEM, x0=tuple(x0), nominal="cruise",
-                                                                  alpha=(config.gamma,), dt=0.01, steps=600),
+                                                                  alpha=(config.gamma,), dt=0.01, steps=600, margin=margin),
                          out / "firmware", name="cart_barrier")
 
     summary = {
         "passed_training_checks": bool(result.passed),
+        "certified": bool(certificate.certified),
+        "filter_margin": margin,
         "min_constraint_filtered": float(system.constraint(filtered.x[0]).min()),
         "min_constraint_nominal": float(system.constraint(nominal.x[0]).min()),
         "slack_steps": int(np.sum(filtered.status == FilterStatus.SLACK_ACTIVE)),
