@@ -21,9 +21,17 @@ def shipped(tmp_path) -> Path:
     return tmp_path / "vdp.onnx"
 
 
+def _exit_code(argv) -> int:
+    """The command's exit status: usage errors leave through argparse's SystemExit(2)."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return int(exc.code)
+
+
 def test_cbfsim_compile_refuses_more_inputs_than_the_plant_beside_the_model_has(shipped, tmp_path, capsys):
     m = len(load_card(MODELS / "vdp.json").input_names)
-    assert main(["compile", str(shipped), "--inputs", str(m + 2), "-o", str(tmp_path / "out")]) == 2
+    assert _exit_code(["compile", str(shipped), "--inputs", str(m + 2), "-o", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and f"--inputs {m + 2}" in err and "van_der_pol" in err
     assert not (tmp_path / "out").exists()
@@ -33,7 +41,7 @@ def test_cbfsim_compile_refuses_more_inputs_than_the_plant_of_an_explicit_card_h
     onnx = tmp_path / "barrier.onnx"
     shutil.copy(MODELS / "vdp.onnx", onnx)
     argv = ["compile", str(onnx), "--card", str(MODELS / "vdp.json"), "--inputs", "3", "-o", str(tmp_path / "out")]
-    assert main(argv) == 2 and not (tmp_path / "out").exists()
+    assert _exit_code(argv) == 2 and not (tmp_path / "out").exists()
     assert "more than the 1 input(s)" in capsys.readouterr().err
 
 
