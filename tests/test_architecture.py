@@ -53,3 +53,36 @@ def test_every_name_of_the_curated_public_api_resolves(name):
     import cbfsim.simulate  # noqa: F401  (a submodule import must not shadow the function)
     value = getattr(cbfsim, name)
     assert value is not None and not inspect.ismodule(value), f"cbfsim.{name} is a module"
+
+
+# Which of our packages each layer may import (design.md: data flows one way). Every layer may
+# import the leaf module compiler.errors, the root of the one error tree.
+ALLOWED_IMPORTS = {
+    "systems": {"systems"},
+    "compiler": {"compiler"},
+    "training": {"training", "systems", "compiler"},
+    "cbfsim": {"cbfsim", "training", "systems", "compiler"},
+}
+
+
+def _imported_packages(path):
+    import ast
+    tree = ast.parse(path.read_text(), filename=str(path))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name.split(".")[0], alias.name, node.lineno
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.module.split(".")[0], node.module, node.lineno
+
+
+def test_nothing_imports_upward():
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    upward = []
+    for layer, allowed in ALLOWED_IMPORTS.items():
+        for path in sorted((root / layer).rglob("*.py")):
+            for package, module, line in _imported_packages(path):
+                if package in ALLOWED_IMPORTS and package not in allowed and module != "compiler.errors":
+                    upward.append(f"{path.relative_to(root)}:{line} imports {module}")
+    assert not upward, "imports against the data flow:\n" + "\n".join(upward)
