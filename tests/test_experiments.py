@@ -49,12 +49,7 @@ def test_experiment_fast_mode(name, tmp_path, cxx):
 
 @pytest.mark.parametrize("name,order", [("vdp", 1), ("pendulum", 2)])
 def test_experiment_filters_enforce_the_certificates_margin(name: str, order: int) -> None:
-    import inspect
-
     from cbfsim.experiment import _filters, shipped_model
-    from cbfsim.filters import CBFQP
-    if "margin" not in inspect.signature(CBFQP).parameters:
-        pytest.skip("the filters take no margin= yet (branch loop-filter)")
     card, system, _, _ = shipped_model(_spec(name).SPEC)
     for filt in _filters(card, system, order, margin=0.03):
         assert filt.margin == 0.03
