@@ -59,10 +59,9 @@ def simulate_main(argv: Sequence[str]) -> int:
 def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .barriers import CompiledBarrier
     from .classk import Linear
-    from .experiment import certified_margin, load_certificate
     from .filters import CBFQP, CBFProjection, HOCBFQP
     from .plots import phase_portrait, time_series
-    from .preflight import card_findings, report
+    from .preflight import card_findings, certified_margin, load_certificate, report
     from .runtime import compile_barrier
     from .simulate import simulate
     from systems import get_system

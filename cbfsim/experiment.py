@@ -26,7 +26,8 @@ from .barriers import CompiledBarrier
 from .classk import Linear
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
-from .preflight import PreflightWarning, card_findings, initial_state_findings, report as report_findings
+from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
+                        load_certificate, report as report_findings)
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
 from .trajectory import RunStatus, Trajectory
@@ -96,25 +97,6 @@ def nominal_field(system: Any, controller: str) -> Callable[[np.ndarray], np.nda
         u = np.clip(nominal(x), system.u_min, system.u_max)
         return system.f(x) + np.einsum("bnm,bm->bn", system.G(x), u)
     return field
-
-
-def load_certificate(card_path: Path) -> dict[str, Any] | None:
-    """The certificate stored beside a model card (``NAME.cert.json``), or None."""
-    path = card_path.with_suffix(".cert.json")
-    return json.loads(path.read_text()) if path.is_file() else None
-
-
-def certified_margin(certificate: dict[str, Any] | None) -> float:
-    """The filter margin a certificate asks for (0 when there is no certificate or it failed)."""
-    return float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
-
-
-def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The summary's ``certificate`` entry: what was proven, over how much of the set, in how long."""
-    if certificate is None:
-        return None
-    keys = ("certified", "certified_coverage", "dt", "margin", "wall_time_s")
-    return {k: certificate.get(k) for k in keys}
 
 
 def shipped_model(spec: ExperimentSpec, models_dir: Path | None = None):

@@ -138,7 +138,7 @@ def phase_portrait(path: str | Path, system: Any,
     ax.set_xlim(XX.min(), XX.max())
     ax.set_ylim(YY.min(), YY.max())
     spans = (XX.max() - XX.min(), YY.max() - YY.min())
-    if max(spans) <= 3 * min(spans):
+    if max(spans) <= 1.5 * min(spans):      # comparable ranges (same units, e.g. VdP); else fill the axes
         ax.set_aspect("equal")
     ax.set_title(title or getattr(system, "name", ""))
     where = slice_text(system, dims, fixed)

@@ -12,8 +12,10 @@ experiments' ``summary.json``.
 """
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -98,3 +100,22 @@ def report(findings: Sequence[Finding], strict: bool = False, where: str = "simu
     for finding in findings:
         warnings.warn(prefix + finding.message, PreflightWarning, stacklevel=3)
     return [f.to_dict() for f in findings]
+
+
+def load_certificate(card_path: Path) -> dict[str, Any] | None:
+    """The certificate stored beside a model card (``NAME.cert.json``), or None."""
+    path = card_path.with_suffix(".cert.json")
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def certified_margin(certificate: dict[str, Any] | None) -> float:
+    """The filter margin a certificate asks for (0 when there is no certificate or it failed)."""
+    return float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
+
+
+def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary's ``certificate`` entry: what was proven, over how much of the set, in how long."""
+    if certificate is None:
+        return None
+    keys = ("certified", "certified_coverage", "dt", "margin", "wall_time_s")
+    return {k: certificate.get(k) for k in keys}
