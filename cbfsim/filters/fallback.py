@@ -12,7 +12,7 @@ nominal controller is not safe. So the policy is explicit, and fail-safe by defa
   input       the named safe input ``u_safe``
 
 ``u_safe`` defaults to the box point nearest 0. The step is flagged FilterStatus.FALLBACK.
-The firmware applies the same rules (firmware/common/app.hpp, with the constants
+The firmware applies the same rules (firmware/common/step.hpp, with the constants
 ``cbfsim.filters.cpp.config_lines`` generates), so host and device agree on faults too.
 """
 from __future__ import annotations

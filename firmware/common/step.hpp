@@ -1,0 +1,126 @@
+// step.hpp: one control step of the closed loop, written once for every port and for the
+// host's compiled batch engine: barrier terms, the filter row, the fault policy, the plant's
+// xdot and classical RK4 with the input held. Includes only cbf_config.hpp (the generated
+// barrier, plant and run constants) and filter.hpp: no port, no printing, no heap, no libm.
+#ifndef CBF_STEP_HPP
+#define CBF_STEP_HPP
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cbf_config.hpp"
+#include "filter.hpp"
+
+namespace cbf_app {
+
+namespace cfg = ::cbf_config;
+namespace plant = ::cbf_config::plant;
+
+constexpr int N = plant::kStateDim;
+constexpr int M = plant::kInputDim;
+constexpr int kTerms = cfg::kOrder == 1 ? 2 + M : 3 + 2 * M;
+static_assert(N == cfg::barrier::kStateDim && M == cfg::barrier::kInputDim,
+              "barrier and plant dimensions differ");
+static_assert(sizeof(cfg::barrier::scalar) == sizeof(float), "the firmware runs float32 barriers");
+
+// f'(x) f and f'(x) G (column by column), the extra seeds of the second-order sweep.
+inline void drift_products(const float* x, const float* f, const float* G, float* Dff, float* DfG) noexcept {
+    plant::df(x, f, Dff);
+    for (int j = 0; j < M; ++j) {
+        float col[N], dcol[N];
+        for (int i = 0; i < N; ++i) col[i] = G[i * M + j];
+        plant::df(x, col, dcol);
+        for (int i = 0; i < N; ++i) DfG[i * M + j] = dcol[i];
+    }
+}
+
+// Barrier terms at x: [h, L_f h, L_G h (m)] and, for order 2, [L_f^2 h, L_G L_f h (m)].
+inline int barrier_terms(const float* x, float* terms) noexcept {
+    float f[N], G[N * M], Dff[N] = {}, DfG[N * M] = {};
+    plant::f(x, f);
+    plant::G(x, G);
+    if (cfg::kOrder == 2) drift_products(x, f, G, Dff, DfG);
+    return cfg::barrier_call(x, f, G, Dff, DfG, terms);
+}
+
+// The filter's row a + b.u >= 0 with linear class-K functions:
+//   order 1: a = L_f h + alpha1 h,  b = L_G h
+//   order 2: a = L_f^2 h + alpha1'(h) L_f h + alpha2 (L_f h + alpha1 h),  b = L_G L_f h
+inline float cbf_row(const float* t, float* b) noexcept {
+    const float h = t[0];
+    const float lf = t[1];
+    if (cfg::kOrder == 1) {
+        for (int j = 0; j < M; ++j) b[j] = t[2 + j];
+        return lf + cfg::kAlpha1 * h;
+    }
+    for (int j = 0; j < M; ++j) b[j] = t[3 + M + j];
+    const float lf2 = t[2 + M];
+    return lf2 + cfg::kAlpha1 * lf + cfg::kAlpha2 * (lf + cfg::kAlpha1 * h);
+}
+
+// The fault policy's input (cbfsim/filters/fallback.py, the same rules): hold the last
+// input returned with kOk (kSafeInput before the first), the backup controller clipped to
+// the box (kSafeInput where it is not finite), or kSafeInput.
+inline void fallback_input(const float* x, const float* last_safe, float* u) noexcept {
+    if (cfg::kFallbackKind == cbf_filter::kHold) {
+        for (int j = 0; j < M; ++j) u[j] = last_safe[j];
+        return;
+    }
+    if (cfg::kFallbackKind != cbf_filter::kController) {
+        for (int j = 0; j < M; ++j) u[j] = cfg::kSafeInput[j];
+        return;
+    }
+    cfg::fallback_controller(x, u);
+    bool finite = true;
+    for (int j = 0; j < M; ++j) finite = finite && cbf_filter::is_finite(u[j]);
+    for (int j = 0; j < M; ++j) u[j] = finite ? cbf_filter::clip(u[j], plant::kUMin[j], plant::kUMax[j]) : cfg::kSafeInput[j];
+}
+
+// One control step: nominal input, barrier, filter (row with margin kMargin), fault policy.
+// last_safe holds the input of the last kOk step. Returns the filter status.
+inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
+    float terms[kTerms], b[M];
+    cfg::nominal(x, u_nom);
+    const int err = barrier_terms(x, terms);
+    h = terms[0];
+    const float a = cbf_row(terms, b);
+    int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::kMargin, u);
+    if (err != 0) status = cbf_filter::kFallback;   // (the barrier's outputs are NaN then anyway)
+    if (status == cbf_filter::kFallback) {
+        fallback_input(x, last_safe, u);
+    } else if (status == cbf_filter::kOk) {
+        for (int j = 0; j < M; ++j) last_safe[j] = u[j];
+    }
+    return status;
+}
+
+// xdot = f(x) + G(x) u, summed in the order j = 0..m-1 (the Python reference does the same).
+inline void xdot(const float* x, const float* u, float* out) noexcept {
+    float f[N], G[N * M];
+    plant::f(x, f);
+    plant::G(x, G);
+    for (int i = 0; i < N; ++i) {
+        float s = f[i];
+        for (int j = 0; j < M; ++j) s += G[i * M + j] * u[j];
+        out[i] = s;
+    }
+}
+
+// Classical RK4 over one step of length hstep with u held constant.
+inline void rk4_step(float* x, const float* u, float hstep) noexcept {
+    float k1[N], k2[N], k3[N], k4[N], tmp[N];
+    const float half = 0.5f * hstep;
+    xdot(x, u, k1);
+    for (int i = 0; i < N; ++i) tmp[i] = x[i] + half * k1[i];
+    xdot(tmp, u, k2);
+    for (int i = 0; i < N; ++i) tmp[i] = x[i] + half * k2[i];
+    xdot(tmp, u, k3);
+    for (int i = 0; i < N; ++i) tmp[i] = x[i] + hstep * k3[i];
+    xdot(tmp, u, k4);
+    const float sixth = hstep / 6.0f;
+    for (int i = 0; i < N; ++i) x[i] = x[i] + sixth * (k1[i] + 2.0f * k2[i] + 2.0f * k3[i] + k4[i]);
+}
+
+}  // namespace cbf_app
+
+#endif  // CBF_STEP_HPP
