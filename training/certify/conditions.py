@@ -23,7 +23,7 @@ import numpy as np
 from compiler.interval import Interval
 
 from .problem import Problem
-from .sampled import min_over_admissible, tube
+from .sampled import level_drop, min_over_admissible, taylor_level, tube
 from .terms import Terms, lie_terms, plant_terms, row_rate, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data")
@@ -94,31 +94,53 @@ def _sampled(problem: Problem, box: Interval, t32: Terms, a32: Interval, b32: In
     sub = box[idx]
     reach = tube(problem.plant, sub, problem.u_lo, problem.u_hi, problem.dt)
     R = Interval(np.where(reach.ok[:, None], reach.R.lo, sub.lo), np.where(reach.ok[:, None], reach.R.hi, sub.hi))
+    t64 = lie_terms(problem.model, plant_terms(problem.plant, R, problem.order), R, problem.order,
+                    problem.gains, float32=False)
     if problem.order == 1 and problem.smooth:
-        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], eps)
+        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], t32, idx, eps)
     else:
-        value, u, stays = _sampled_tube(problem, R, a32[idx], b32.hi[idx], eps)
+        value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
+    value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
     score[idx] = np.where(reach.ok, np.where(stays, np.inf, value), -np.inf)
     worst_u[idx] = u
     return score, worst_u
 
 
-def _sampled_tube(problem: Problem, R: Interval, a32: Interval, b32_hi: np.ndarray, eps: float):
+def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: float) -> np.ndarray:
+    """The level-drop bound (``sampled.level_drop``) for the boxes ``idx`` and their tubes' terms."""
+    g = problem.gains
+    if problem.order == 1:
+        parts32 = (t32.h[idx], t32.Lf[idx], t32.LG[idx])
+        q64, a64, gain = t64.Lf, t64.LG, g["gamma"]
+    else:
+        parts32 = (t32.psi1[idx], (t32.L2 + g["alpha1"] * t32.Lf)[idx], t32.LGLf[idx])
+        q64, a64, gain = t64.L2 + g["alpha1"] * t64.Lf, t64.LGLf, g["alpha2"]
+    return level_drop(*parts32, q64, a64, gain, eps, problem.dt, problem.u_lo, problem.u_hi)
+
+
+def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarray, eps: float):
     """Lower bound of a(x) . u + b(x) over the tube and the admissible inputs (module sampled)."""
-    t64 = lie_terms(problem.model, plant_terms(problem.plant, R, problem.order), R, problem.order,
-                    problem.gains, float32=False)
     stays = (t64.h.lo > 0) if problem.order == 1 else (t64.h.lo > 0) & (t64.psi1.lo > 0)
     a, b = constraint_row(t64, problem)
     worst = min_over_admissible(a32, b32_hi, eps, a, b.lo, problem.u_lo, problem.u_hi)
     return worst.value, worst.u, stays
 
 
-def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, eps: float):
-    """Smooth order 1: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u
-    + T min(0, d/dt phi_u over the tube) (mean value theorem in time; Hessian from order-2 jets).
+def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, t32: Terms, idx: np.ndarray,
+                    eps: float):
+    """Smooth order 1, two routes with the second time derivative over the tube (Hessian from
+    order-2 jets); the better bound of the two counts:
+    * rate: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u
+      + T min(0, d/dt phi_u over the tube) (mean value theorem in time);
+    * level (``sampled.taylor_level``): h(x(t)) >= h(x_k) + t d/dt h(x_k) + t^2/2 min d2/dt2 h.
     The float32 enclosure over the box holds the exact values too, so it bounds phi_u there."""
     plant = plant_terms(problem.plant, R, 1, with_input_jacobian=True)
-    h, rate = row_rate(problem.model, plant, R, problem.u_lo, problem.u_hi, problem.gains["gamma"])
+    gamma = problem.gains["gamma"]
+    h, second, first = row_rate(problem.model, plant, R, problem.u_lo, problem.u_hi)
+    rate = second + gamma * first
     start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
     drop = np.nextafter(problem.dt * np.minimum(rate.lo, 0.0), -np.inf)
-    return np.nextafter(start.value + drop, -np.inf), start.u, h.lo > 0
+    by_rate = np.nextafter(start.value + drop, -np.inf)
+    by_level = taylor_level(t32.h[idx], t32.Lf[idx], t32.LG[idx], second.lo, gamma, eps, problem.dt,
+                            problem.u_lo, problem.u_hi)
+    return np.maximum(by_rate, by_level), start.u, h.lo > 0

@@ -15,6 +15,28 @@ L_f^2 h + alpha1 L_f h + alpha2 psi1), then d/dt h >= -gamma h (order 2: d/dt ps
 lemma keeps h (and psi1) >= 0.  For a ReLU network the interval gradient over R encloses
 the Clarke gradient, so the bound holds almost everywhere along the trajectory.
 
+A second, less conservative route bounds the level itself instead of its rate (``level_drop``):
+with l = h, q = L_f h, a = L_G h, k = gamma (order 2: l = psi1, q = L_f^2 h + alpha1 L_f h,
+a = L_G L_f h, k = alpha2; L_G h = 0 is proven separately), the filter's computed row gives
+q~ + a~.u + k l~ >= eps - tau at x_k (tau: its own float32 rounding), and along the period
+d/dt l(x(s)) = q(x(s)) + a(x(s)).u lies in the float64 enclosure E64(u) over the tube, while
+(q~, a~, l~) lie in the float32 enclosure E32 over the box. Hence
+
+    l(x(t)) >= l(x_k) + t (eps - tau - D - k l~_hi),   D = max_u (sup E32(u) - inf E64(u)),
+
+and l stays >= 0 over [0, T] when  l_lo+ / T + min(0, eps - tau - D - k l~_hi) >= 0.  The
+rate route needs a(x).u + b(x) >= 0 over the whole tube, whose enclosure carries k times the
+variation of l over the tube (alpha2 = 40 for the pendulum); this one does not.  Order 2:
+psi1 >= 0 over the period gives d/dt h = psi1 - alpha1 h >= -alpha1 h, so h stays >= 0.
+
+Smooth order 1 has a third route (``taylor_level``), second order in time: with
+h(x(t)) >= h(x_k) + t d/dt h(x_k, u) + t^2/2 min over the tube of d2/dt2 h and
+d/dt h(x_k, u) >= eps - tau - w - gamma h~_hi (w: the width of the float32 enclosure of
+L_f h + L_G h u over the box, which holds both the real and the computed values), the
+concave bound in t is smallest at t = 0 or t = T, so h stays >= 0 over the period when
+h_lo+ / T + eps - tau - w - gamma h~_hi + T/2 min(0, d2/dt2 h_lo) >= 0.  It needs half the
+margin of the rate route and none of its gamma d/dt h term.
+
 The minimum over U_adm(B) is exact and vectorised: in each orthant of u (sign pattern)
 both the admissibility constraint and the objective are linear in u, so the minimum of a
 linear function over box-and-half-space is at a vertex: a box corner that satisfies the
@@ -104,3 +126,51 @@ def tube(plant, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> 
     from training.reach import one_period_tube
     t = one_period_tube(plant, box, Interval(np.asarray(u_lo, float), np.asarray(u_hi, float)), T)
     return Tube(t.R, np.asarray(t.ok, dtype=bool))
+
+
+FILTER_ROUNDING = 2.0 ** -20   # the filter's float32 row and projection: 16 ulps of the magnitudes
+
+
+def _row_rounding(level32: Interval, q32: Interval, a32: Interval, gain: float, eps: float,
+                  u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """tau: how far below eps the filter's float32 row at its returned input may be."""
+    mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
+    size = mag(q32) + gain * mag(level32) + (mag(a32) * np.maximum(np.abs(u_lo), np.abs(u_hi))).sum(-1)
+    return FILTER_ROUNDING * (size + abs(eps))
+
+
+def _finish(credit: np.ndarray, rate: np.ndarray, parts: np.ndarray) -> np.ndarray:
+    """credit + min(0, rate), rounded down (``parts``: the magnitudes summed into the rate);
+    exactly 0 where the credit is 0 and the rate is safely >= 0 (the level cannot drop)."""
+    with np.errstate(invalid="ignore"):
+        rate = rate - 8 * np.finfo(float).eps * parts
+        score = np.nextafter(credit, -np.inf).clip(min=0.0) + np.minimum(rate, 0.0)
+        score = np.where((score == 0) & (rate >= 0), 0.0, np.nextafter(score, -np.inf))
+    return np.where(np.isnan(score), -np.inf, score)
+
+
+def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a64: Interval, gain: float,
+               eps: float, T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of l(x(t)) / T
+    (see the module docstring; >= 0 proves the level stays >= 0 over the period)."""
+    batch, m = a32.shape
+    drift = np.zeros(batch)
+    for corner in itertools.product((0, 1), repeat=m):    # sup E32 - inf E64 is convex in u: a vertex
+        u = np.where(np.array(corner) == 0, u_lo, u_hi).astype(float)
+        drift = np.maximum(drift, ((q32 + (a32 * u).sum(-1)) - (q64 + (a64 * u).sum(-1))).hi)
+    tau = _row_rounding(level32, q32, a32, gain, eps, u_lo, u_hi)
+    rate = eps - tau - drift - gain * level32.hi
+    return _finish(np.maximum(level32.lo, 0.0) / T, rate, abs(eps) + tau + drift + gain * np.abs(level32.hi))
+
+
+def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, second_lo: np.ndarray, gamma: float, eps: float,
+                 T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of h(x(t)) / T,
+    second order in time (see the module docstring; smooth order 1)."""
+    umax = np.maximum(np.abs(u_lo), np.abs(u_hi))
+    width = (lf32.hi - lf32.lo) + ((lg32.hi - lg32.lo) * umax).sum(-1)
+    width = np.nextafter(width, np.inf)
+    tau = _row_rounding(h32, lf32, lg32, gamma, eps, u_lo, u_hi)
+    curve = 0.5 * T * np.minimum(second_lo, 0.0)
+    rate = eps - tau - width - gamma * h32.hi + curve
+    return _finish(np.maximum(h32.lo, 0.0) / T, rate, abs(eps) + tau + width + gamma * np.abs(h32.hi) - curve)

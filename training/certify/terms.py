@@ -68,19 +68,18 @@ def _enclose(model: Any, box: Interval, order: int, float32: bool):
     return enclose(model, box, order=order, float32=float32)
 
 
-def row_rate(model: Any, plant: PlantTerms, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray,
-             gamma: float) -> tuple[Interval, Interval]:
-    """(h, d/dt phi_u) over each box for every held u in [u_lo, u_hi], order 1, with
-    phi_u = L_f h + L_G h u + gamma h and F = f + G u:
-    d/dt phi_u = F^T H F + grad . ((J_f + sum_j u_j J_gj) F) + gamma grad . F."""
+def row_rate(model: Any, plant: PlantTerms, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray
+             ) -> tuple[Interval, Interval, Interval]:
+    """(h, d2/dt2 h, d/dt h) over each box for every held u in [u_lo, u_hi], order 1, with
+    F = f + G u:  d/dt h = grad . F,  d2/dt2 h = F^T H F + grad . ((J_f + sum_j u_j J_gj) F).
+    (The rate of the row phi_u = L_f h + L_G h u + gamma h is d2/dt2 h + gamma d/dt h.)"""
     jets = _enclose(model, box, 2, False)
     u = Interval(np.asarray(u_lo, float), np.asarray(u_hi, float))
     F = plant.f + (plant.G * u).sum(-1)
     JF = plant.Jf + (plant.JG * u[None, :, None, None]).sum(1)
     H, grad = jets.hess, jets.grad
-    rate = (H * F[:, :, None] * F[:, None, :]).sum(-1).sum(-1) + _dot(grad, (JF * F[:, None, :]).sum(-1)) \
-        + gamma * _dot(grad, F)
-    return jets.h, rate
+    second = (H * F[:, :, None] * F[:, None, :]).sum(-1).sum(-1) + _dot(grad, (JF * F[:, None, :]).sum(-1))
+    return jets.h, second, _dot(grad, F)
 
 
 def _dot(a: Interval, b: Interval) -> Interval:
