@@ -15,7 +15,7 @@ from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
 from .problem import CertifyError, Problem, load_problem
 
-MARGINS = (1e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0)   # eps = 0 never absorbs the float32 rounding; the row
+MARGINS = (1e-3, 1e-2, 3e-2, 5e-2, 0.1, 0.3, 1.0, 3.0)   # eps = 0 never absorbs the float32 rounding; the row
 # is in the units of d/dt psi1 + alpha2 psi1 (order 2: the pendulum needs 1 at alpha2 = 40)
 GROWTH = 8                             # box budget of a smaller margin: GROWTH x the last certified one
 COVERAGE_SAMPLES = 20_000
@@ -30,8 +30,9 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     time).  ``margin``: the filter margin eps; None tries ``MARGINS`` from the largest (the
     quickest to prove when the filter is feasible with it) down, and keeps the smallest that
     certifies (a larger margin costs feasibility, a smaller one costs boxes: each smaller try
-    gets GROWTH times the boxes of the last success; before the first success each try gets an
-    equal share of the remaining time and boxes).  Runs out of ``time_limit`` seconds or ``max_boxes`` boxes ->
+    gets GROWTH times the boxes of the last success; before the first success each try gets
+    half of the remaining time and boxes, the last one all of it: a larger margin, when the
+    filter is feasible with it, is the quicker to prove).  Runs out of ``time_limit`` seconds or ``max_boxes`` boxes ->
     not certified with the undecided boxes listed."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
@@ -49,9 +50,10 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     budget = max_boxes
     for i, eps in enumerate(margins):
         bar = _progress_bar(eps) if progress else None
-        share = 1.0 if best is not None else 1.0 / (len(margins) - i)   # before a success: split the limits
+        share = 1.0 if best is not None or i == len(margins) - 1 else 0.5   # before a success: halve the limits
         now = time.monotonic()
         until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
+        began = time.monotonic()
         try:
             attempt = search(problem, eps, until, max_boxes=max(1, int(share * budget)), min_width=min_width,
                              progress=bar)
@@ -60,7 +62,7 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
                 bar.close()
         tried.append({"margin": eps, "certified": attempt.certified, "ended": attempt.stopped or "done",
                       "counterexamples": {k: len(v) for k, v in attempt.counterexamples.items() if v},
-                      "boxes": attempt.evaluated})
+                      "boxes": attempt.evaluated, "time_s": round(time.monotonic() - began, 3)})
         if best is None and (result is None or not _refuted(result) or _refuted(attempt)):
             result = attempt        # report the last attempt, or the last one refuted by a counterexample
         if attempt.certified:
