@@ -202,7 +202,7 @@ def test_command_line_exit_codes_certificate_and_one_line_errors(diamond, tmp_pa
     relu_card = tmp_path / "relu2.json"
     pend = json.loads((VDP_CARD.parent / "pendulum.json").read_text())
     relu_card.write_text(json.dumps(pend))
-    refused = _cli(str(VDP_CARD.parent / "vdp.onnx"), str(relu_card))
+    refused = _cli(str(VDP_CARD.parent / "refuted" / "vdp_relu.onnx"), str(relu_card))
     assert refused.returncode == 1 and refused.stderr.count("\n") == 1 and "relu" in refused.stderr
     assert _cli(str(onnx)).returncode == 2
 

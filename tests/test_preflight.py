@@ -70,7 +70,7 @@ def test_the_simulate_command_warns_about_an_unproven_model_and_strict_refuses_i
     import subprocess
     import sys
     from pathlib import Path
-    card = Path(__file__).resolve().parent.parent / "experiments" / "models" / "vdp.json"
+    card = Path(__file__).resolve().parent.parent / "experiments" / "models" / "refuted" / "vdp_relu.json"
     base = [sys.executable, "-m", "cbfsim.cli", "simulate", str(card), "--x0", "0.5", "0.5", "--t-final", "0.2"]
     warned = subprocess.run(base + ["--out", str(tmp_path / "warn")], capture_output=True, text=True, timeout=300)
     assert warned.returncode == 0 and "certificate says NOT certified" in warned.stderr
