@@ -24,7 +24,7 @@ from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import level_drop, min_over_admissible, taylor_level, tube
-from .terms import Terms, lie_terms, plant_terms, row_rate, sup_over_inputs
+from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data")
 
@@ -76,13 +76,13 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     phi = b32 + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
     feas = np.where(meets, phi.lo - eps, inf)
 
-    samp, worst_u = _sampled(problem, box, t32, a32, b32, meets, eps)
+    samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets, eps)
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
 
-def _sampled(problem: Problem, box: Interval, t32: Terms, a32: Interval, b32: Interval,
+def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32: Interval, b32: Interval,
              meets: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
     """Lower bound of min over admissible u and the tube of a . u + b (+inf where not needed)."""
     batch = box.shape[0]
@@ -97,7 +97,7 @@ def _sampled(problem: Problem, box: Interval, t32: Terms, a32: Interval, b32: In
     t64 = lie_terms(problem.model, plant_terms(problem.plant, R, problem.order), R, problem.order,
                     problem.gains, float32=False)
     if problem.order == 1 and problem.smooth:
-        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], t32, idx, eps)
+        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], t32, plant, idx, eps)
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
     value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
@@ -126,13 +126,14 @@ def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarra
     return worst.value, worst.u, stays
 
 
-def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, t32: Terms, idx: np.ndarray,
-                    eps: float):
+def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, t32: Terms, plant_box: PlantTerms,
+                    idx: np.ndarray, eps: float):
     """Smooth order 1, two routes with the second time derivative over the tube (Hessian from
     order-2 jets); the better bound of the two counts:
     * rate: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u
       + T min(0, d/dt phi_u over the tube) (mean value theorem in time);
-    * level (``sampled.taylor_level``): h(x(t)) >= h(x_k) + t d/dt h(x_k) + t^2/2 min d2/dt2 h.
+    * level (``sampled.taylor_level``): h(x(t)) >= h(x_k) + t d/dt h(x_k) + t^2/2 min d2/dt2 h,
+      with d/dt h(x_k) the filter's own float32 number less the header's rounding bound.
     The float32 enclosure over the box holds the exact values too, so it bounds phi_u there."""
     plant = plant_terms(problem.plant, R, 1, with_input_jacobian=True)
     gamma = problem.gains["gamma"]
@@ -141,6 +142,8 @@ def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval,
     start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
     drop = np.nextafter(problem.dt * np.minimum(rate.lo, 0.0), -np.inf)
     by_rate = np.nextafter(start.value + drop, -np.inf)
-    by_level = taylor_level(t32.h[idx], t32.Lf[idx], t32.LG[idx], second.lo, gamma, eps, problem.dt,
-                            problem.u_lo, problem.u_hi)
+    u = Interval(np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float))
+    F = (plant_box.f + (plant_box.G * u).sum(-1))[idx]                  # f + G u over the box, any u
+    by_level = taylor_level(t32.h[idx], t32.Lf[idx], t32.LG[idx], t32.grad[idx], t32.rounding, idx, F,
+                            second.lo, gamma, eps, problem.dt, problem.u_lo, problem.u_hi)
     return np.maximum(by_rate, by_level), start.u, h.lo > 0

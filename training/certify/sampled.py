@@ -30,12 +30,15 @@ variation of l over the tube (alpha2 = 40 for the pendulum); this one does not. 
 psi1 >= 0 over the period gives d/dt h = psi1 - alpha1 h >= -alpha1 h, so h stays >= 0.
 
 Smooth order 1 has a third route (``taylor_level``), second order in time: with
-h(x(t)) >= h(x_k) + t d/dt h(x_k, u) + t^2/2 min over the tube of d2/dt2 h and
-d/dt h(x_k, u) >= eps - tau - w - gamma h~_hi (w: the width of the float32 enclosure of
-L_f h + L_G h u over the box, which holds both the real and the computed values), the
-concave bound in t is smallest at t = 0 or t = T, so h stays >= 0 over the period when
-h_lo+ / T + eps - tau - w - gamma h~_hi + T/2 min(0, d2/dt2 h_lo) >= 0.  It needs half the
-margin of the rate route and none of its gamma d/dt h term.
+h(x(t)) >= h(x_k) + t d/dt h(x_k, u) + t^2/2 min over the tube of d2/dt2 h, and the filter's
+float32 numbers within the header's rounding bounds e (``compiler.bounds.Rounding``: grad h
+per unit seed, h) of the real ones, d/dt h(x_k, u) >= eps - tau - e_1 - gamma (h(x_k) + e_h)
+with e_1 = sum_i e_grad,i |F_i| + 2^-23 sum_i |grad h_i| |F_i| (F = f + G u; the second sum:
+the seeds' own rounding to float32).  The bound is concave in t, smallest at t = 0 or t = T,
+so for gamma T <= 1 h stays >= 0 over the period when
+h_lo+ (1 - gamma T) / T + eps - tau - e_1 - gamma e_h + T/2 min(0, d2/dt2 h_lo) >= 0.
+It needs half the margin of the rate route, none of its gamma d/dt h term, and no share of the
+box's width: only the tube's curvature and the header's rounding.
 
 The minimum over U_adm(B) is exact and vectorised: in each orthant of u (sign pattern)
 both the admissibility constraint and the objective are linear in u, so the minimum of a
@@ -163,14 +166,20 @@ def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a
     return _finish(np.maximum(level32.lo, 0.0) / T, rate, abs(eps) + tau + drift + gain * np.abs(level32.hi))
 
 
-def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, second_lo: np.ndarray, gamma: float, eps: float,
-                 T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval, rounding, idx: np.ndarray,
+                 F: Interval, second_lo: np.ndarray, gamma: float, eps: float, T: float, u_lo: np.ndarray,
+                 u_hi: np.ndarray) -> np.ndarray:
     """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of h(x(t)) / T,
-    second order in time (see the module docstring; smooth order 1)."""
-    umax = np.maximum(np.abs(u_lo), np.abs(u_hi))
-    width = (lf32.hi - lf32.lo) + ((lg32.hi - lg32.lo) * umax).sum(-1)
-    width = np.nextafter(width, np.inf)
+    second order in time (see the module docstring; smooth order 1); -inf without the
+    header's rounding bounds or when gamma T > 1."""
+    if rounding is None or rounding.grad is None or gamma * T > 1.0:
+        return np.full(len(h32.lo), -np.inf)
+    mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
+    Fmag = mag(F)
+    e1 = (rounding.grad[idx] * Fmag).sum(-1) + 2.0 ** -23 * (mag(grad32) * Fmag).sum(-1)
+    e1 = e1 * (1 + 1e-12) + gamma * rounding.h[idx]
     tau = _row_rounding(h32, lf32, lg32, gamma, eps, u_lo, u_hi)
     curve = 0.5 * T * np.minimum(second_lo, 0.0)
-    rate = eps - tau - width - gamma * h32.hi + curve
-    return _finish(np.maximum(h32.lo, 0.0) / T, rate, abs(eps) + tau + width + gamma * np.abs(h32.hi) - curve)
+    rate = eps - tau - e1 + curve
+    credit = np.maximum(h32.lo, 0.0) * (1.0 - gamma * T) / T
+    return _finish(credit, rate, abs(eps) + tau + e1 - curve)
