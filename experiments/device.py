@@ -257,7 +257,7 @@ def run_all(args: argparse.Namespace) -> int:
     return 0 if all(c["ok"] for c in systems.values()) else 1
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> OneLineParser:
     parser = OneLineParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="vdp",
                         help="vdp | pendulum | bicycle | all | an ONNX file with its card | polygon-demo")
@@ -279,6 +279,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "results" / "device")
     parser.add_argument("--keep-build", type=Path, help="build here instead of a temporary directory")
     add_common_flags(parser)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
     if args.model == "all":
         if args.esp32_log or args.esp32_port:
