@@ -12,8 +12,8 @@ reports. Outputs go to results/device/ (summary.json, differences.csv, trajector
 A model is a shipped name (vdp, pendulum, bicycle), an ONNX file with its model card
 (same stem, .json) or 'polygon-demo' (the hand-set ReLU barrier of cbfsim.device). The card
 gives the system, its parameters, the order, the class-K gains, the training box and (from
-a certificate that certifies) the filter margin (cbfsim.device.card_run); the run table
-below gives each shipped model's nominal controller (its experiment's) and x0; the command
+a certificate that certifies) the filter margin (cbfsim.device.card_run); cbfsim.device.SHIPPED_RUNS
+gives each shipped model's nominal controller (its experiment's), x0 and rate; the command
 line overrides any of them. A missing or unknown key is a one-line error, never a default.
 With --model all, each system's files go to results/device/NAME/ and results/device/
 summary.json holds, per system, the checks of cbfsim.device.checks.
@@ -37,50 +37,36 @@ from compiler.cli_errors import (OneLineParser, add_common_flags, assignment, fi
 from compiler.errors import ToolchainError
 
 ROOT = Path(__file__).resolve().parent.parent
-MODELS = ROOT / "experiments" / "models"
-SHIPPED = ("vdp", "pendulum", "bicycle")
-# Each shipped model's device run: its experiment's nominal controller (experiments/NAME.py)
-# and x0 (VdP: the device's original start); 1 kHz for 10 s unless said. The bicycle runs
-# at its experiment's 100 Hz for 5 s: at 1 kHz for 10 s p_x reaches 100 m, where float32
-# integration alone drifts ~5e-3 from float64 (the 1e-3 check would measure that, not the filter).
-RUNS: dict[str, dict] = {
-    "vdp": {"nominal": "zero", "x0": (0.5, 0.0)},
-    "pendulum": {"nominal": "pd", "x0": (0.0, 0.0)},
-    "bicycle": {"nominal": "drift", "x0": (0.0, 0.0, 0.0, 10.0), "dt": 0.01, "steps": 500},
-}
+SHIPPED = tuple(device.SHIPPED_RUNS)     # vdp, pendulum, bicycle
 
 
 def resolve(spec: str, args: argparse.Namespace) -> tuple[object, device.RunConfig, dict]:
-    """(model, config, facts) for a model spec: card + run table + command line."""
+    """(model, config, facts) for a model spec: card + shipped run table + command line."""
     if spec == "polygon-demo":   # no card: the demo's own constants, the command line on top
         demo = device.RunConfig()
         config = device.RunConfig(system=args.system or demo.system, x0=tuple(args.x0 or demo.x0),
                                   nominal=args.nominal or demo.nominal, order=args.order or demo.order,
-                                  alpha=tuple(args.alpha or demo.alpha), **run_options(args, {}))
+                                  alpha=tuple(args.alpha or demo.alpha), **run_options(args))
         return device.polygon_disk_barrier(), config, {"name": "polygon-demo", "activation": "relu"}
-    path = MODELS / f"{spec}.json" if spec in SHIPPED else Path(spec).with_suffix(".json")
-    run = RUNS.get(path.stem, {})
-    overrides = {"system": args.system, "order": args.order, "alpha": tuple(args.alpha) if args.alpha else None,
-                 **run_options(args, run)}
-    card = device.card_run(path, nominal=args.nominal or run.get("nominal"),
-                           x0=tuple(args.x0) if args.x0 else run.get("x0"), **overrides)
-    facts = {"name": path.stem, "card": str(path), "activation": card.card.network["activation"],
+    card = device.shipped_card_run(spec, nominal=args.nominal, x0=tuple(args.x0) if args.x0 else None,
+                                   system=args.system, order=args.order,
+                                   alpha=tuple(args.alpha) if args.alpha else None, **run_options(args))
+    facts = {"name": card.card_path.stem, "card": str(card.card_path), "activation": card.card.network["activation"],
              "card_verification_passed": (card.card.verification or {}).get("passed"),
              "certificate": None if card.certificate is None else
              {k: card.certificate.get(k) for k in ("certified", "margin", "dt")}}
     return card.model, card.config, facts
 
 
-def run_options(args: argparse.Namespace, run: dict) -> dict:
-    """The RunConfig fields a card does not hold: command line over run table (else RunConfig's)."""
-    out = {key: getattr(args, key) if getattr(args, key) is not None else run.get(key)
-           for key in ("dt", "steps", "substeps", "margin")}
+def run_options(args: argparse.Namespace) -> dict:
+    """The RunConfig fields a card does not hold, as given on the command line."""
+    out = {key: getattr(args, key) for key in ("dt", "steps", "substeps", "margin") if getattr(args, key) is not None}
     if args.param:
         out["params"] = dict(args.param)
     if args.fallback:
         kind, _, name = args.fallback.partition(":")
         out["fallback"] = Fallback(kind, controller=name or None)
-    return {k: v for k, v in out.items() if v is not None}
+    return out
 
 
 def read_serial(port: str, baud: int, timeout: float) -> str:
@@ -145,7 +131,7 @@ def plot(out: Path, ref: device.ReferenceRun, logs: dict[str, device.DeviceLog],
     system = config.plant()
     t = np.arange(len(ref.x)) * device.f32(config.dt)
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(12, 5.4), layout="constrained")
-    lo, hi = system.domain
+    lo, hi = (np.asarray(b, dtype=float) for b in (config.domain or system.domain))
     if system.n == 2:  # the unsafe region, the constraint boundary and the learned h = 0 (the one colour code)
         g1, g2 = np.meshgrid(np.linspace(lo[0], hi[0], 200), np.linspace(lo[1], hi[1], 200))
         grid = np.stack([g1.ravel(), g2.ravel()], axis=1)
@@ -165,8 +151,8 @@ def plot(out: Path, ref: device.ReferenceRun, logs: dict[str, device.DeviceLog],
         bx.semilogy(t[:k], np.maximum(np.abs(log.x[:k] - ref.x[:k]).max(axis=1), 1e-12), styles[i % 4], label=name)
     ax.set(xlabel=system.state_names[0], ylabel=system.state_names[1],
            title="The same closed loop on each target and in Python")
-    spans = np.ptp(ref.x[:, :2], axis=0)
-    if system.n == 2 or max(spans) <= 1.5 * min(spans):   # comparable ranges; else fill the axes
+    spans = (hi - lo)[:2] if system.n == 2 else np.ptp(ref.x[:, :2], axis=0)
+    if max(spans) <= 1.5 * min(spans):   # comparable ranges (VdP); else fill the axes
         ax.set_aspect("equal")
     fig.legend(*ax.get_legend_handles_labels(), loc="outside lower left", fontsize=8, ncol=3, frameon=False)
     bx.set(xlabel="t [s]", ylabel="max |x_device - x_python|", title="Device (float32) vs Python (float64)")

@@ -43,7 +43,7 @@ def _card_copy(tmp_path: Path, name: str, edit=None) -> Path:
 
 
 def _x0(name: str) -> tuple[float, ...]:
-    return _script().RUNS[name]["x0"]
+    return device.SHIPPED_RUNS[name]["x0"]
 
 
 def test_every_card_field_has_a_destination():
@@ -53,7 +53,7 @@ def test_every_card_field_has_a_destination():
 @pytest.mark.parametrize("name", CARDS)
 def test_card_values_reach_the_run_config(name):
     card = json.loads((MODELS / f"{name}.json").read_text())
-    run = device.card_run(MODELS / f"{name}.json", nominal=_script().RUNS[name]["nominal"], x0=_x0(name))
+    run = device.card_run(MODELS / f"{name}.json", nominal=device.SHIPPED_RUNS[name]["nominal"], x0=_x0(name))
     config = run.config
     gains = card["class_k"]
     assert config.system == card["system"]
@@ -78,7 +78,7 @@ def test_card_values_reach_the_run_config(name):
 ])
 def test_an_edited_card_changes_the_run_config(tmp_path, name, edit, field, expected):
     path = _card_copy(tmp_path, name, edit)
-    config = device.card_run(path, nominal=_script().RUNS[name]["nominal"], x0=_x0(name)).config
+    config = device.card_run(path, nominal=device.SHIPPED_RUNS[name]["nominal"], x0=_x0(name)).config
     edited = json.loads(path.read_text())
     want = dict(edited["system_params"]) if field == "params" else expected
     assert getattr(config, field) == want
@@ -96,7 +96,7 @@ def test_card_values_reach_the_generated_headers(tmp_path, name):
         key = "w" if name == "bicycle" else "theta_max"
         d["system_params"][key] = 0.7
     path = _card_copy(tmp_path, name, edit)
-    run = device.card_run(path, nominal=_script().RUNS[name]["nominal"], x0=_x0(name))
+    run = device.card_run(path, nominal=device.SHIPPED_RUNS[name]["nominal"], x0=_x0(name))
     # the lane / angle limit moved, so the input box check uses the edited params too
     generated = device.generate(run.model, run.config, tmp_path / "gen")
     header = (generated.directory / "cbf_config.hpp").read_text()

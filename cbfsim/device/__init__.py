@@ -19,7 +19,7 @@ Stages, each a plain function on plain data (cvxpygen-style):
 Build outputs go to a directory the caller names (a temp dir in tests), never into the package.
 """
 
-from .card import CARD_KEYS, CardRun, card_run
+from .card import CARD_KEYS, SHIPPED_RUNS, CardRun, card_path_of, card_run, shipped_card_run
 from .checks import system_checks
 from .config import Generated, RunConfig, compiled_source, f32, generate
 from .elf import HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_report, symbol_size
@@ -29,8 +29,8 @@ from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_d
                         reference_run, summary)
 from .toolchain import FIRMWARE_DIR, INSTALL, QEMU_MACHINE, build, run, run_command
 
-__all__ = ["CARD_KEYS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "FIRMWARE_DIR", "Generated", "HEAP_SYMBOLS", "INSTALL",
+__all__ = ["CARD_KEYS", "SHIPPED_RUNS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "FIRMWARE_DIR", "Generated", "HEAP_SYMBOLS", "INSTALL",
            "INSTRUCTIONS_PER_SYSTICK", "QEMU_MACHINE", "ReferenceBarrier", "ReferenceRun", "RunConfig",
-           "STATUS_NAMES", "StackReport", "bench_summary", "bit_identical", "build", "card_run", "compiled_source", "f32",
+           "STATUS_NAMES", "StackReport", "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",
            "footprint", "generate", "heap_symbols", "max_abs_diff", "parse_log", "polygon_disk_barrier",
-           "reference_run", "run", "run_command", "stack_report", "summary", "symbol_size", "system_checks"]
+           "reference_run", "run", "run_command", "shipped_card_run", "stack_report", "summary", "symbol_size", "system_checks"]
