@@ -62,11 +62,9 @@ def test_cortex_m4_bit_identical_to_host_for_pendulum_and_bicycle(system):
 @pytest.mark.toolchain
 def test_xtensa_object_needs_no_libm_for_pendulum_and_bicycle(system):
     """The whole app for an Xtensa core (lx106, compile only): atan, sin, cos come from the header."""
-    import subprocess
     require_tool("xtensa-lx106-elf-g++", device.INSTALL["xtensa"])
     _, _, generated, build, _, _ = system
     obj = device.build("xtensa", generated, build)
-    nm = subprocess.run(["xtensa-lx106-elf-nm", "-u", str(obj)], capture_output=True, text=True, check=True)
-    undefined = {line.split()[-1] for line in nm.stdout.splitlines() if line.strip()}
+    undefined = device.undefined_symbols(obj)
     libm = {"atanf", "atan2f", "atan", "atan2", "sinf", "cosf", "expf", "logf", "log1pf", "sqrtf"}
     assert not undefined & (libm | set(device.HEAP_SYMBOLS))

@@ -22,7 +22,8 @@ Build outputs go to a directory the caller names (a temp dir in tests), never in
 from .card import CARD_KEYS, SHIPPED_RUNS, CardRun, card_path_of, card_run, shipped_card_run
 from .checks import system_checks
 from .config import Generated, RunConfig, compiled_source, f32, generate
-from .elf import HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_report, symbol_size
+from .elf import (HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_report, symbol_size,
+                  undefined_symbols)
 from .errors import DeviceConfigError, DeviceError
 from .protocol import INSTRUCTIONS_PER_SYSTICK, STATUS_NAMES, DeviceLog, bench_summary, parse_log
 from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_diff, polygon_disk_barrier,
@@ -33,4 +34,4 @@ __all__ = ["CARD_KEYS", "SHIPPED_RUNS", "CardRun", "DeviceConfigError", "DeviceE
            "INSTRUCTIONS_PER_SYSTICK", "QEMU_MACHINE", "ReferenceBarrier", "ReferenceRun", "RunConfig",
            "STATUS_NAMES", "StackReport", "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",
            "footprint", "generate", "heap_symbols", "max_abs_diff", "parse_log", "polygon_disk_barrier",
-           "reference_run", "run", "run_command", "shipped_card_run", "stack_report", "summary", "symbol_size", "system_checks"]
+           "reference_run", "run", "run_command", "shipped_card_run", "stack_report", "summary", "symbol_size", "system_checks", "undefined_symbols"]

@@ -21,7 +21,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..preflight import certified_margin, load_certificate
-from .config import RunConfig
+from .config import RunConfig, check_against_plant
 from .errors import DeviceConfigError
 
 # Every model card field and where it goes (tests/test_device_card.py checks this covers
@@ -139,10 +139,5 @@ def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[
         raise DeviceConfigError(f"order {values['order']} needs {values['order']} class-K gain(s), "
                                 f"got alpha {tuple(values['alpha'])}")
     config = RunConfig(**values)
-    plant = config.plant()
-    if config.nominal not in plant.nominal_names:
-        raise DeviceConfigError(f"{plant.name} has no nominal controller {config.nominal!r}; "
-                                f"available: {', '.join(plant.nominal_names)}")
-    if len(config.x0) != plant.n:
-        raise DeviceConfigError(f"x0 must have {plant.n} entries for {plant.name}, got {len(config.x0)}")
+    check_against_plant(config, config.plant())
     return CardRun(config, card.onnx_path(path), card, certificate, path)

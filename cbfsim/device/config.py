@@ -11,6 +11,7 @@ import numpy as np
 
 from ..filters.base import check_margin
 from ..filters.fallback import Fallback
+from .errors import DeviceConfigError
 
 
 @dataclass(frozen=True)
@@ -104,17 +105,22 @@ def plant_math(config: RunConfig) -> tuple[str, ...]:
     return tuple(fn for fn in re.findall(r"\w+", used) if fn in MATH_FUNCTIONS)
 
 
+def check_against_plant(config: RunConfig, system: Any) -> None:
+    """The run's nominal controller and x0 must exist for its plant (DeviceConfigError, a ValueError)."""
+    if config.nominal not in system.nominal_names:
+        raise DeviceConfigError(f"{system.name} has no nominal controller {config.nominal!r}; "
+                                f"available: {', '.join(system.nominal_names)}")
+    if len(config.x0) != system.n:
+        raise DeviceConfigError(f"x0 must have {system.n} entries for {system.name}, got {len(config.x0)}")
+
+
 def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "barrier") -> Generated:
     """Write the barrier header, ``cbf_system.hpp`` and ``cbf_config.hpp`` into ``out_dir``."""
     from ..filters.cpp import config_lines
 
     compiled = compiled_source(model, config, name)
     system = config.plant()
-    if config.nominal not in system.nominal_names:
-        raise ValueError(f"{system.name} has no nominal controller {config.nominal!r}; "
-                         f"available: {', '.join(system.nominal_names)}")
-    if len(config.x0) != system.n:
-        raise ValueError(f"x0 must have {system.n} entries for {system.name}, got {len(config.x0)}")
+    check_against_plant(config, system)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     compiled.write(out)
