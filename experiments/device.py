@@ -43,10 +43,8 @@ SHIPPED = tuple(device.SHIPPED_RUNS)     # vdp, pendulum, bicycle
 def resolve(spec: str, args: argparse.Namespace) -> tuple[object, device.RunConfig, dict]:
     """(model, config, facts) for a model spec: card + shipped run table + command line."""
     if spec == "polygon-demo":   # no card: the demo's own constants, the command line on top
-        demo = device.RunConfig()
-        config = device.RunConfig(system=args.system or demo.system, x0=tuple(args.x0 or demo.x0),
-                                  nominal=args.nominal or demo.nominal, order=args.order or demo.order,
-                                  alpha=tuple(args.alpha or demo.alpha), **run_options(args))
+        config = device.polygon_demo_config(system=args.system, x0=args.x0, nominal=args.nominal, order=args.order,
+                                            alpha=args.alpha, **run_options(args))
         return device.polygon_disk_barrier(), config, {"name": "polygon-demo", "activation": "relu"}
     card = device.shipped_card_run(spec, nominal=args.nominal, x0=tuple(args.x0) if args.x0 else None,
                                    system=args.system, order=args.order,

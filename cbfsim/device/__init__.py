@@ -26,12 +26,14 @@ from .elf import (HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_repo
                   undefined_symbols)
 from .errors import DeviceConfigError, DeviceError
 from .protocol import INSTRUCTIONS_PER_SYSTICK, STATUS_NAMES, DeviceLog, bench_summary, parse_log
-from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_diff, polygon_disk_barrier,
-                        reference_run, summary)
+from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_diff, polygon_demo_config,
+                        polygon_disk_barrier, reference_run, summary)
 from .toolchain import FIRMWARE_DIR, INSTALL, QEMU_MACHINE, build, run, run_command
 
-__all__ = ["CARD_KEYS", "SHIPPED_RUNS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "FIRMWARE_DIR", "Generated", "HEAP_SYMBOLS", "INSTALL",
-           "INSTRUCTIONS_PER_SYSTICK", "QEMU_MACHINE", "ReferenceBarrier", "ReferenceRun", "RunConfig",
-           "STATUS_NAMES", "StackReport", "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",
-           "footprint", "generate", "heap_symbols", "max_abs_diff", "parse_log", "polygon_disk_barrier",
-           "reference_run", "run", "run_command", "shipped_card_run", "stack_report", "summary", "symbol_size", "system_checks", "undefined_symbols"]
+__all__ = ["CARD_KEYS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "FIRMWARE_DIR",
+           "Generated", "HEAP_SYMBOLS", "INSTALL", "INSTRUCTIONS_PER_SYSTICK", "QEMU_MACHINE",
+           "ReferenceBarrier", "ReferenceRun", "RunConfig", "SHIPPED_RUNS", "STATUS_NAMES", "StackReport",
+           "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",
+           "footprint", "generate", "heap_symbols", "max_abs_diff", "parse_log", "polygon_demo_config",
+           "polygon_disk_barrier", "reference_run", "run", "run_command", "shipped_card_run",
+           "stack_report", "summary", "symbol_size", "system_checks", "undefined_symbols"]

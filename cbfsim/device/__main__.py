@@ -7,8 +7,8 @@ from dataclasses import asdict
 from compiler.cli_errors import OneLineParser, finite_float, positive_float, positive_int, run
 
 from .card import shipped_card_run
-from .config import RunConfig, generate
-from .reference import polygon_disk_barrier
+from .config import generate
+from .reference import polygon_demo_config, polygon_disk_barrier
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -36,10 +36,8 @@ def main(argv: list[str] | None = None) -> int:
 def _generate(args) -> int:
     options = {k: getattr(args, k) for k in ("dt", "steps") if getattr(args, k) is not None}
     if args.model == "polygon-demo":
-        demo = RunConfig()
-        config = RunConfig(system=args.system or demo.system, x0=tuple(args.x0 or demo.x0),
-                           nominal=args.nominal or demo.nominal, order=args.order or demo.order,
-                           alpha=tuple(args.alpha or demo.alpha), **options)
+        config = polygon_demo_config(system=args.system, x0=args.x0, nominal=args.nominal, order=args.order,
+                                     alpha=args.alpha, **options)
         model = polygon_disk_barrier()
     else:
         card = shipped_card_run(args.model, nominal=args.nominal, x0=tuple(args.x0) if args.x0 else None,
