@@ -52,7 +52,8 @@ def resolve(spec: str, args: argparse.Namespace) -> tuple[object, device.RunConf
     facts = {"name": card.card_path.stem, "card": str(card.card_path), "activation": card.card.network["activation"],
              "card_verification_passed": (card.card.verification or {}).get("passed"),
              "certificate": None if card.certificate is None else
-             {k: card.certificate.get(k) for k in ("certified", "margin", "dt")}}
+             {k: card.certificate.get(k) for k in ("certified", "margin", "dt")},
+             "certificate_covers_run": card.certificate_covers_run}
     return card.model, card.config, facts
 
 

@@ -63,6 +63,8 @@ def test_card_values_reach_the_run_config(name):
     assert config.domain == (tuple(card["domain_lo"]), tuple(card["domain_hi"]))
     assert config.margin == certified_margin(load_certificate(MODELS / f"{name}.json"))
     assert run.model == MODELS / card["network"]["onnx"]
+    if card["config"].get("dt_control") is not None:       # the certified hold period
+        assert config.dt == card["config"]["dt_control"]
     plant = config.plant()
     assert list(plant.u_min) == pytest.approx(card["u_min"], rel=1e-12)
     assert list(plant.state_names) == card["state_names"]
@@ -141,6 +143,15 @@ def test_card_that_contradicts_its_plant_is_refused(tmp_path, edit, message):
     path = _card_copy(tmp_path, "pendulum", edit)
     with pytest.raises(device.DeviceConfigError, match=message):
         device.card_run(path, nominal="pd", x0=(0.0, 0.0))
+
+
+def test_shipped_run_takes_the_cards_hold_period_and_its_horizon(tmp_path):
+    path = _card_copy(tmp_path, "pendulum", lambda d: d["config"].update(dt_control=0.004))
+    run = device.shipped_card_run(path)
+    assert run.config.dt == 0.004
+    assert run.config.steps == round(device.SHIPPED_RUNS["pendulum"]["t_final"] / 0.004)
+    assert device.shipped_card_run(path, dt=0.002, steps=9).config.dt == 0.002     # the command line wins
+    assert not device.shipped_card_run(path).certificate_covers_run    # the copy has no certificate beside it
 
 
 def test_missing_nominal_or_x0_or_unknown_option_is_an_error_not_a_default():

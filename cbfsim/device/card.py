@@ -42,20 +42,21 @@ CARD_KEYS: dict[str, str] = {
     "system_origin": "checked: the plant resolves through systems.get_system",
     "schema": "checked by training.model_card",
     "seed": "provenance (the training seed)",
-    "config": "provenance (the TrainConfig)",
+    "config": "config.dt_control -> RunConfig.dt (the certified hold period) when present; else provenance",
     "training": "provenance (training history)",
     "verification": "provenance (the sampled verification; reported in the summary)",
 }
 MODELS_DIR = Path(__file__).resolve().parents[2] / "experiments" / "models"
 # What a card does not hold, for each shipped model (experiments/models/NAME.json): its
-# experiment's nominal controller (experiments/NAME.py) and x0 (VdP: the device's original
-# start); 1 kHz for 10 s unless said. The bicycle runs at its experiment's 100 Hz for 5 s:
-# at 1 kHz for 10 s p_x reaches 100 m, where float32 integration alone drifts ~5e-3 from
-# float64 (a 1e-3 comparison would measure that, not the filter).
+# experiment's nominal controller (experiments/NAME.py), x0 (VdP: the device's original
+# start) and horizon t_final (steps = t_final / dt). dt is the card's certified hold period
+# (config.dt_control) where it has one; the bicycle's card has none, so it runs at its
+# experiment's 100 Hz (at 1 kHz for 10 s its p_x reaches 100 m, where float32 integration
+# alone drifts ~5e-3 from float64: a 1e-3 comparison would measure that, not the filter).
 SHIPPED_RUNS: dict[str, dict[str, Any]] = {
-    "vdp": {"nominal": "zero", "x0": (0.5, 0.0)},
-    "pendulum": {"nominal": "pd", "x0": (0.0, 0.0)},
-    "bicycle": {"nominal": "drift", "x0": (0.0, 0.0, 0.0, 10.0), "dt": 0.01, "steps": 500},
+    "vdp": {"nominal": "zero", "x0": (0.5, 0.0), "t_final": 10.0},
+    "pendulum": {"nominal": "pd", "x0": (0.0, 0.0), "t_final": 10.0},
+    "bicycle": {"nominal": "drift", "x0": (0.0, 0.0, 0.0, 10.0), "dt": 0.01, "t_final": 5.0},
 }
 
 
@@ -67,6 +68,14 @@ class CardRun:
     certificate: dict[str, Any] | None  # NAME.cert.json beside the card, if any
     card_path: Path
 
+    @property
+    def certificate_covers_run(self) -> bool:
+        """True when the certificate certifies exactly this loop: its hold period and margin."""
+        cert = self.certificate
+        return bool(cert and cert.get("certified") and cert.get("dt") is not None
+                    and np.float32(cert["dt"]) == np.float32(self.config.dt)
+                    and float(cert.get("margin") or 0.0) == self.config.margin)
+
 
 def card_path_of(model: str | os.PathLike) -> Path:
     """The card of a shipped model name (vdp, pendulum, bicycle) or of an ONNX / JSON path."""
@@ -76,13 +85,12 @@ def card_path_of(model: str | os.PathLike) -> Path:
 def shipped_card_run(model: str | os.PathLike, *, nominal: str | None = None, x0: Sequence[float] | None = None,
                      **overrides: Any) -> CardRun:
     """``card_run`` for a model name or path, with SHIPPED_RUNS[card stem] (when there is one)
-    under the explicit arguments: None means "not given"."""
+    as the defaults under the card and the explicit arguments (None: not given)."""
     path = card_path_of(model)
-    run = SHIPPED_RUNS.get(path.stem, {})
-    given = {k: v for k, v in overrides.items() if v is not None}
-    extra = {k: v for k, v in run.items() if k not in ("nominal", "x0") and k not in given}
-    return card_run(path, nominal=nominal or run.get("nominal"), x0=x0 if x0 is not None else run.get("x0"),
-                    **extra, **given)
+    run = dict(SHIPPED_RUNS.get(path.stem, {}))
+    table_nominal, table_x0 = run.pop("nominal", None), run.pop("x0", None)
+    return card_run(path, nominal=nominal or table_nominal, x0=x0 if x0 is not None else table_x0, defaults=run,
+                    **overrides)
 
 
 def card_gains(card: Any) -> tuple[float, ...]:
@@ -104,11 +112,13 @@ def check_card_matches_plant(card: Any, plant: Any) -> None:
 
 
 def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[float] | None,
-             **overrides: Any) -> CardRun:
+             defaults: dict[str, Any] | None = None, **overrides: Any) -> CardRun:
     """The device run a model card describes, with ``nominal`` and ``x0`` (not in cards) and
-    ``overrides`` (RunConfig fields; ``params`` merged into the card's) on top. The filter
-    margin is the certificate's when it certifies (cbfsim.preflight.certified_margin), as in
-    the experiments. Raises DeviceConfigError / CardError with one line naming the problem."""
+    ``overrides`` (RunConfig fields; ``params`` merged into the card's; None: not given) on
+    top, and ``defaults`` (RunConfig fields, or t_final: steps = t_final / dt) under the card.
+    dt is the card's certified hold (config.dt_control) when it has one; the filter margin is
+    the certificate's when it certifies (cbfsim.preflight.certified_margin), as in the
+    experiments. Raises DeviceConfigError / CardError with one line naming the problem."""
     from systems import get_system
     from training.model_card import load_card
 
@@ -117,7 +127,9 @@ def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[
         raise DeviceConfigError(f"{path}: no model card")
     card = load_card(path)
     known = {f.name for f in dataclasses.fields(RunConfig)} - {"nominal", "x0"}
-    unknown = sorted(set(overrides) - known)
+    defaults = dict(defaults or {})
+    t_final = defaults.pop("t_final", None)
+    unknown = sorted((set(overrides) | set(defaults)) - known)
     if unknown:
         raise DeviceConfigError(f"unknown run option {unknown[0]!r}; known: {', '.join(sorted(known))}")
     check_card_matches_plant(card, get_system(card.system, **card.system_params))
@@ -128,13 +140,18 @@ def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[
         raise DeviceConfigError(f"{path.name}: a model card holds no initial state; give x0 "
                                 f"({len(card.state_names)} values: {', '.join(card.state_names)})")
     certificate = load_certificate(path)
-    values: dict[str, Any] = dict(
+    values: dict[str, Any] = dict(defaults)
+    if card.config.get("dt_control") is not None:
+        values["dt"] = float(card.config["dt_control"])
+    values.update(
         system=card.system, params=dict(card.system_params), order=card.order, alpha=card_gains(card),
         domain=(tuple(map(float, card.domain_lo)), tuple(map(float, card.domain_hi))),
         margin=certified_margin(certificate), nominal=nominal, x0=tuple(float(v) for v in x0))
     params = overrides.pop("params", None) or {}
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["params"] = {**values["params"], **params}
+    if t_final is not None and overrides.get("steps") is None:
+        values["steps"] = max(1, round(t_final / values.get("dt", RunConfig.dt)))
     if len(values["alpha"]) != values["order"]:
         raise DeviceConfigError(f"order {values['order']} needs {values['order']} class-K gain(s), "
                                 f"got alpha {tuple(values['alpha'])}")
