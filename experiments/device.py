@@ -3,7 +3,7 @@ and a Cortex-M7 (QEMU) and, from a captured log, an ESP32-S3 -- compared with th
 Python simulation of the same closed loop, plus the benchmark, footprint, stack and heap
 reports. Outputs go to results/device/ (summary.json, differences.csv, trajectories.png).
 
-    python experiments/device.py                                   # VdP, 10 s at 1 kHz
+    python experiments/device.py                                   # VdP, 10 s at its card's 5 ms hold
     python experiments/device.py --model all                       # VdP, pendulum, bicycle: one summary
     python experiments/device.py --model pendulum --targets host m4 --steps 2000
     python experiments/device.py --esp32-log esp32.log             # add a captured ESP32 run
