@@ -8,7 +8,8 @@ headers in one program link fine (inline functions in different namespaces), and
 is a pure function of ``scalar``.
 
 Public functions (T = the scalar), each ``inline T f(T x) noexcept``: m_exp, m_expm1,
-m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt. Internal helpers are prefixed ``mx_``.
+m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt, m_atan, and ``inline T m_atan2(T y, T x)
+noexcept``. Internal helpers are prefixed ``mx_``.
 ``functions`` names the ones wanted (e.g. ["expm1"]); the text then carries those, the ones
 they call (tanh needs expm1, erf needs exp) and the small mx_ helpers, nothing else.
 
@@ -26,6 +27,12 @@ points per scalar, also with FMA contraction, and asserts the bound):
   m_sin      0.81    0.86     1                  |x| <= 12800 / 1.6e6, NaN beyond
   m_cos      0.81    0.83     1                  |x| <= 12800 / 1.6e6, NaN beyond
   m_sqrt     0.5     0.5      0.5                IEEE correctly rounded
+  m_atan     0.83    0.82     1                  all inputs
+  m_atan2    1.44    1.56     2                  all inputs
+
+(atan, atan2: 3M random points per scalar, log-uniform magnitudes and every angle, against
+float64 numpy (float) and long double libm (double); tests/test_cppmath_atan.py re-measures
+on ~143k points against those and mpmath, C99 special values included.)
 
 Special values: NaN in gives NaN out (the input's own bits, except sin/cos: the default
 quiet NaN, and sqrt: the hardware's quieted NaN); exp(+inf) = inf, exp(-inf) = 0,
@@ -79,6 +86,14 @@ below the result's rounding in every case.
   recovered exactly (fdlibm), C of degree 2 / 5; both on r^2 <= 1.002 (pi/4)^2 (err
   2^-32.4 / 2^-52.8 and 2^-24.3 / 2^-54.8, scaled by r^2/6 and r^4/24 in the result); rr
   enters to first order.
+* atan: fdlibm's reduction, branch-free: c = 0, 1/2, 1, 3/2 on [0, 7/16), [7/16, 11/16),
+  [11/16, 19/16), [19/16, 39/16) (|x| - c exact by Sterbenz), t = (|x| - c) / (1 + c|x|),
+  and t = -1/|x| with atan c = pi/2 beyond, so |t| <= 7/16; atan c is carried as hi + lo
+  and the result summed hi - ((t^3 Q(t^2) - lo) - t), Q ~ (t - atan t) / t^3 of degree
+  5 / 11 in t^2 (relative err 2^-28.4 / 2^-56.3, scaled by t^2/3 <= 0.064 in the result).
+* atan2: a = atan(min(|x|,|y|) / max(|x|,|y|)) (one extra rounding, the quotient's), then
+  hi + (+-a + lo) with hi + lo = 0, pi/2 or pi chosen by the octant; 0/0 and inf/inf are
+  replaced by 0 and 1 first, which gives C99's values for signed zeros and infinities.
 * sqrt: __builtin_sqrtf / __builtin_sqrt, IEEE correctly rounded, one instruction on an
   FPU. NOTE: unless compiled with -fno-math-errno, GCC keeps a call to libm's sqrt /
   sqrtf for negative arguments (to set errno), so the object then needs libm (a loop
@@ -110,8 +125,8 @@ from string import Template
 __all__ = ["MATH_FUNCTIONS", "math_source"]
 
 # In the order the text defines them; each calls only functions listed before it.
-MATH_FUNCTIONS = ("exp", "expm1", "log1p", "tanh", "erf", "sin", "cos", "sqrt")
-_CALLS = {"tanh": ("expm1",), "erf": ("exp",)}
+MATH_FUNCTIONS = ("exp", "expm1", "log1p", "tanh", "erf", "sin", "cos", "sqrt", "atan", "atan2")
+_CALLS = {"tanh": ("expm1",), "erf": ("exp",), "atan2": ("atan",)}
 
 
 def _horner(var: str, coeffs: list[str], suffix: str) -> str:
@@ -152,6 +167,13 @@ _FLOAT = {
              "-0.0007843417", "0.0004850862", "0.00019087187", "0.00010684303"],
     "sin": ["-0.16666667", "0.008333332", "-0.00019840077", "2.7248798e-06"],
     "cos": ["0.041666664", "-0.0013888299", "2.4547102e-05"],
+    # atan c + its low part for c = 1/2, 1, 3/2, inf; pi (exact hex: hi = atan c rounded, lo = the rest)
+    "ATAN_HI1": "0x1.dac67p-2f", "ATAN_LO1": "0x1.586ed4p-28f",
+    "ATAN_HI2": "0x1.921fb6p-1f", "ATAN_LO2": "-0x1.777a5cp-26f",
+    "ATAN_HI3": "0x1.f730bep-1f", "ATAN_LO3": "-0x1.afc12cp-26f",
+    "PIO2_HI": "0x1.921fb6p+0f", "PIO2_LO": "-0x1.777a5cp-25f",
+    "PI_HI": "0x1.921fb6p+1f", "PI_LO": "-0x1.777a5cp-24f",
+    "atan": ["0.33333334", "-0.19999963", "0.14283425", "-0.11058585", "0.08534249", "-0.04826715"],
 }
 
 _DOUBLE = {
@@ -196,6 +218,14 @@ _DOUBLE = {
             "2.7557316069769037e-06", "-2.5051125349113587e-08", "1.5917680721455347e-10"],
     "cos": ["0.041666666666666664", "-0.0013888888888887372", "2.48015872987305e-05",
             "-2.755731725431973e-07", "2.087614277681558e-09", "-1.138238878994316e-11"],
+    "ATAN_HI1": "0x1.dac670561bb4fp-2", "ATAN_LO1": "0x1.a2b7f222f65e2p-56",
+    "ATAN_HI2": "0x1.921fb54442d18p-1", "ATAN_LO2": "0x1.1a62633145c07p-55",
+    "ATAN_HI3": "0x1.f730bd281f69bp-1", "ATAN_LO3": "0x1.007887af0cbbdp-56",
+    "PIO2_HI": "0x1.921fb54442d18p+0", "PIO2_LO": "0x1.1a62633145c07p-54",
+    "PI_HI": "0x1.921fb54442d18p+1", "PI_LO": "0x1.1a62633145c07p-53",
+    "atan": ["0.3333333333333333", "-0.19999999999999424", "0.14285714285569598", "-0.1111111109687119",
+             "0.09090908365002953", "-0.07692285782992486", "0.06666245375862137", "-0.058769800308104476",
+             "0.052168895498361026", "-0.04493073685623778", "0.03314600287015154", "-0.014790118557769634"],
 }
 
 # Shared by m_exp and m_expm1. Arguments past the saturation thresholds give unused garbage.
@@ -360,6 +390,47 @@ $TRIG_REDUCE\
 
 // sqrt(x), IEEE correctly rounded. Needs -fno-math-errno to avoid a libm call for x < 0.
 inline $T m_sqrt($T x) noexcept { return $SQRT(x); }
+
+// atan(x). atan|x| = atan c + atan t, t = (|x| - c) / (1 + c |x|), with c = 0, 1/2, 1, 3/2
+// on [0, 7/16), [7/16, 11/16), [11/16, 19/16), [19/16, 39/16) and t = -1/|x|, atan c = pi/2
+// beyond (fdlibm's intervals), so |t| <= 7/16; atan t = t - t^3 Q(t^2).
+inline $T m_atan($T x) noexcept {
+    const $T ax = mx_fabs(x);
+    const bool r1 = ax >= 0.4375$SUF;
+    const bool r2 = ax >= 0.6875$SUF;
+    const bool r3 = ax >= 1.1875$SUF;
+    const bool r4 = ax >= 2.4375$SUF;  // also +inf; NaN: none of r1..r4
+    const $T c = mx_select(r3, 1.5$SUF, mx_select(r2, $ONE, mx_select(r1, $HALF, $ZERO)));
+    const $T hi = mx_select(r4, $PIO2_HI, mx_select(r3, $ATAN_HI3,
+                  mx_select(r2, $ATAN_HI2, mx_select(r1, $ATAN_HI1, $ZERO))));
+    const $T lo = mx_select(r4, $PIO2_LO, mx_select(r3, $ATAN_LO3,
+                  mx_select(r2, $ATAN_LO2, mx_select(r1, $ATAN_LO1, $ZERO))));
+    const $T num = mx_select(r4, -$ONE, ax - c);  // ax - c exact (Sterbenz)
+    const $T den = mx_select(r4, ax, $ONE + c * ax);
+    const $T t = num / den;
+    const $T z = t * t;
+    const $T res = hi - ((((t * z) * ($P_ATAN)) - lo) - t);  // hi + lo + atan t
+    return mx_select(x != x, x, mx_copysign(res, x));  // NaN payload kept; -0 -> -0
+}
+
+// atan2(y, x) in [-pi, pi] with C99's special values: atan2(+-0, +0) = +-0,
+// atan2(+-0, -0) = +-pi, atan2(+-inf, +inf) = +-pi/4, atan2(+-inf, -inf) = +-3pi/4.
+// a = atan(min(|x|,|y|) / max(|x|,|y|)); the angle of (|x|, |y|) is a, pi/2 - a (|y| > |x|),
+// and of (-|x|, |y|) pi - a or pi/2 + a ("west": the sign bit of x, so -0 counts);
+// hi + (lo +- a) with hi + lo = 0, pi/2 or pi; the sign of y last.
+inline $T m_atan2($T y, $T x) noexcept {
+    const $T ax = mx_fabs(x);
+    const $T ay = mx_fabs(y);
+    const bool steep = ay > ax;
+    const $T q = mx_select(ax == ay, mx_select(ax == $ZERO, $ZERO, $ONE),  // 0/0 -> 0, inf/inf -> 1
+                           mx_select(steep, ax, ay) / mx_select(steep, ay, ax));
+    const $T a = m_atan(q);
+    const bool west = (mx_bits(x) & $SIGN) != 0u;
+    const $T hi = mx_select(steep, $PIO2_HI, mx_select(west, $PI_HI, $ZERO));
+    const $T lo = mx_select(steep, $PIO2_LO, mx_select(west, $PI_LO, $ZERO));
+    const $T r = hi + (mx_select(steep == west, a, -a) + lo);
+    return mx_select(x != x, x, mx_select(y != y, y, mx_copysign(r, y)));  // NaN: an input's own bits
+}
 """
 
 
@@ -385,7 +456,7 @@ def math_source(scalar: str, functions=None) -> str:
                   P_EXP=_horner("r", spec["exp"], suf), P_LOG=_horner("z", spec["log"], suf),
                   P_TANH=_horner("z", spec["tanh"], suf), P_ERF=_horner("v", spec["erf"], suf),
                   P_ERFC=_horner("w", spec["erfc"], suf), P_SIN=_horner("z", spec["sin"], suf),
-                  P_COS=_horner("z", spec["cos"], suf))
+                  P_COS=_horner("z", spec["cos"], suf), P_ATAN=_horner("z", spec["atan"], suf))
     values["EXP_REDUCE"] = Template(_EXP_REDUCE).substitute(values)
     values["TRIG_REDUCE"] = Template(_TRIG_REDUCE).substitute(values)
     # The text is the helpers, then one blank-line-separated block per function in MATH_FUNCTIONS order.

@@ -11,6 +11,7 @@ import numpy as np
 
 from ..filters.base import check_margin
 from ..filters.fallback import Fallback
+from .errors import DeviceConfigError
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class RunConfig:
 
     alpha: linear class-K gains, (alpha1,) for order 1 or (alpha1, alpha2) for order 2.
     margin: the filter enforces a + b.u >= margin; fallback: its fault policy (cbfsim/filters).
+    domain: (lo, hi), the box the benchmark draws its states from (a model card's training box;
+    None: the plant's domain). ``cbfsim.device.card_run`` builds one from a model card.
     """
 
     system: str = "van_der_pol"
@@ -34,6 +37,7 @@ class RunConfig:
     params: dict[str, float] = field(default_factory=dict)
     margin: float = 0.0
     fallback: Fallback = Fallback()
+    domain: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 
     def __post_init__(self) -> None:
         check_margin(self.margin)
@@ -43,6 +47,9 @@ class RunConfig:
             raise ValueError(f"alpha must hold one or two positive gains, got {self.alpha}")
         if not (self.dt > 0 and self.steps >= 1 and self.substeps >= 1 and self.bench_calls >= 1):
             raise ValueError("dt must be > 0 and steps, substeps, bench_calls >= 1")
+        if self.domain is not None and (len(self.domain) != 2 or len(self.domain[0]) != len(self.domain[1])
+                                        or not all(a < b for a, b in zip(*self.domain))):
+            raise ValueError(f"domain must be (lo, hi) with lo < hi componentwise, got {self.domain}")
         if not 0 < self.seed < 2**32:
             raise ValueError(f"seed must be a nonzero 32-bit value (xorshift32), got {self.seed}")
 
@@ -98,17 +105,22 @@ def plant_math(config: RunConfig) -> tuple[str, ...]:
     return tuple(fn for fn in re.findall(r"\w+", used) if fn in MATH_FUNCTIONS)
 
 
+def check_against_plant(config: RunConfig, system: Any) -> None:
+    """The run's nominal controller and x0 must exist for its plant (DeviceConfigError, a ValueError)."""
+    if config.nominal not in system.nominal_names:
+        raise DeviceConfigError(f"{system.name} has no nominal controller {config.nominal!r}; "
+                                f"available: {', '.join(system.nominal_names)}")
+    if len(config.x0) != system.n:
+        raise DeviceConfigError(f"x0 must have {system.n} entries for {system.name}, got {len(config.x0)}")
+
+
 def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "barrier") -> Generated:
     """Write the barrier header, ``cbf_system.hpp`` and ``cbf_config.hpp`` into ``out_dir``."""
     from ..filters.cpp import config_lines
 
     compiled = compiled_source(model, config, name)
     system = config.plant()
-    if config.nominal not in system.nominal_names:
-        raise ValueError(f"{system.name} has no nominal controller {config.nominal!r}; "
-                         f"available: {', '.join(system.nominal_names)}")
-    if len(config.x0) != system.n:
-        raise ValueError(f"x0 must have {system.n} entries for {system.name}, got {len(config.x0)}")
+    check_against_plant(config, system)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     compiled.write(out)
@@ -122,7 +134,9 @@ def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "ba
     tag_match = re.search(r"model sha256 ([0-9a-f]+)", compiled.header)
     tag = tag_match.group(1) if tag_match else "unknown"
     workspace = compiled.report.workspace_scalars * compiled.report.scalar_bytes   # = kWorkspaceBytes
-    lo, hi = system.domain
+    lo, hi = system.domain if config.domain is None else config.domain
+    if len(lo) != system.n:
+        raise ValueError(f"domain must have {system.n} entries per bound for {system.name}, got {len(lo)}")
     a1, a2 = config.alphas
     if config.order == 1:
         call = "(void)Dff;\n    (void)DfG;\n    return barrier::lie(x, f, G, out);"

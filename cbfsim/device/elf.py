@@ -47,6 +47,12 @@ def heap_symbols(elf: str | Path, nm_tool: str = "arm-none-eabi-nm") -> list[str
     return sorted(names & set(HEAP_SYMBOLS))
 
 
+def undefined_symbols(obj: str | Path, nm_tool: str = "xtensa-lx106-elf-nm") -> set[str]:
+    """The symbols an object file needs from elsewhere (``nm -u``): for a compile-only port,
+    what it would link against (no libm, no heap allowed)."""
+    return {line.split()[-1] for line in _lines([nm_tool, "-u", str(obj)]) if line.strip()}
+
+
 def symbol_size(elf: str | Path, demangled_name: str, objdump_tool: str = "arm-none-eabi-objdump") -> tuple[int, str]:
     """(size in bytes, section) of a data symbol, e.g. ``barrier::g_workspace`` -> (768, '.bss')."""
     for line in _lines([objdump_tool, "-t", "-C", str(elf)]):

@@ -6,3 +6,8 @@ from compiler.errors import CbfsimError
 
 class DeviceError(CbfsimError, RuntimeError):
     """A firmware run failed or printed something the protocol does not allow."""
+
+
+class DeviceConfigError(CbfsimError, ValueError):
+    """A device run that cannot be configured as asked: a model card that does not match its
+    plant, a missing nominal controller or x0, an unknown run option (the message names it)."""

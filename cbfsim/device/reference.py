@@ -39,6 +39,15 @@ def polygon_disk_barrier(radius: float = 1.4, widths: tuple[int, int] = (64, 64)
     return net
 
 
+def polygon_demo_config(*, system: str | None = None, x0: Any = None, nominal: str | None = None,
+                        order: int | None = None, alpha: Any = None, **options: Any) -> RunConfig:
+    """The demo barrier's run (it has no model card): RunConfig's VdP defaults, with what is
+    given (None: not given) on top."""
+    demo = RunConfig()
+    return RunConfig(system=system or demo.system, x0=tuple(x0 or demo.x0), nominal=nominal or demo.nominal,
+                     order=order or demo.order, alpha=tuple(alpha or demo.alpha), **options)
+
+
 class ReferenceBarrier:
     """The compiled network's IR evaluated in float64 by ``compiler.reference``, as a cbfsim
     ``Barrier``: the same network as the device's float32 header, computed independently."""
