@@ -27,6 +27,7 @@ from .barriers import Barrier, ShapeError, as_batch, barrier_terms
 from .classk import describe
 from . import _fast_sim
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
+from .perturb import ActivePerturbation, Disturbed, Perturbation, PerturbationError, neutral_input
 from .preflight import initial_state_findings, report as report_findings
 from .trajectory import STEP_NOT_RUN, RunStatus, Trajectory
 
@@ -157,7 +158,8 @@ def _stop_runs(rec: dict[str, np.ndarray], fault_step: np.ndarray) -> None:
 def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
                    controller: Callable[[np.ndarray], np.ndarray] | str, X0: Any, t_final: float,
                    dt_control: float, dt_int: float | None = None, order: int | None = None,
-                   metadata: dict | None = None, on_fault: str = "stop", strict: bool = False) -> Trajectory:
+                   metadata: dict | None = None, on_fault: str = "stop", strict: bool = False,
+                   perturbation: Perturbation | None = None, run_seeds: Any = None) -> Trajectory:
     """Simulate B runs at once from X0 (B, n); one barrier and one filter call per control
     step for the whole batch. ``controller`` is a callable (B, n) -> (B, m) or the name of
     one of ``system.nominal``'s controllers; ``order`` defaults to the filter's.
@@ -171,7 +173,13 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     state from then on, so the batch calls see only finite states, and its record is blanked.
     ``on_fault="raise"`` raises NonFiniteStateError at the first fault instead, carrying the
     trajectory of every run up to that instant. A record larger than the available memory
-    is refused up front (TrajectoryTooLargeError)."""
+    is refused up front (TrajectoryTooLargeError).
+
+    ``perturbation`` (cbfsim/perturb.py) adds disturbances, a mismatched plant, measurement
+    noise and input delay; ``run_seeds`` (B,) keys each run's random draws (default
+    perturbation.seed + 0..B-1), so any run replays alone. With a perturbation, ``h`` is
+    recorded at the true state and ``u`` is the input applied in each period (with a delay,
+    the filter's output ``delay`` periods earlier); ``metadata["perturbation"]`` holds it all."""
     if on_fault not in ("stop", "raise"):
         raise ValueError(f"on_fault must be 'stop' or 'raise', got {on_fault!r}")
     if isinstance(controller, str):
@@ -194,6 +202,12 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         bad = int(np.flatnonzero(~np.isfinite(X).all(axis=1))[0])
         raise NonFiniteStateError(0, 0.0, X[bad], bad)
     _check_memory(B, T, n, m, order)
+    pert = ActivePerturbation(perturbation, system, run_seeds, B) if perturbation is not None else None
+    if pert is not None and pert.kind == "worst_case" and barrier is None:
+        raise PerturbationError("a worst-case disturbance follows -grad h: it needs a barrier")
+    plant = system if pert is None else pert.plant
+    every = np.arange(B)
+    outputs: list[np.ndarray] = []          # the filter's outputs still waiting out the delay
     preflight = report_findings(_initial_findings(system, barrier, filter, X, order), strict, where="simulate")
     if filter is not None:
         filter.reset()
@@ -219,8 +233,9 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
 
     def finish(steps: int) -> Trajectory:
         run_status = np.where(alive, RunStatus.COMPLETED, RunStatus.NON_FINITE_STATE).astype(np.int8)
+        extra = {"preflight": preflight, **({"perturbation": pert.record} if pert is not None else {})}
         meta = _metadata(system, barrier, filter, controller, order, t_final, dt_control, dt_int, B, steps,
-                         clock, faults, {"preflight": preflight, **(metadata or {})})
+                         clock, faults, {**extra, **(metadata or {})})
         cut = {k: (v if v is None else v[:, :steps + (1 if k in ("x", "h") else 0)]) for k, v in rec.items()}
         if faults:
             _stop_runs(cut, fault_step)
@@ -228,32 +243,41 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
 
     for k in range(T):
         t0 = time.perf_counter()
-        u_nom = np.asarray(controller(X), dtype=np.float64)
+        seen = X if pert is None else pert.measured(X, k, every)
+        u_nom = np.asarray(controller(seen), dtype=np.float64)
         if u_nom.shape != (B, m):
             raise ShapeError(f"controller output: expected shape ({B}, {m}), got {u_nom.shape}")
         t1 = time.perf_counter()
-        terms = barrier_terms(barrier, system, X, order) if barrier is not None else None
+        terms = barrier_terms(barrier, system, seen, order) if barrier is not None else None
         t2 = time.perf_counter()
         if filter is not None:
-            res = filter.filter(X, u_nom, terms)
+            res = filter.filter(seen, u_nom, terms)
         else:   # (the constant fields are only read: recording copies them)
             res = FilterResult(u=np.clip(u_nom, lo, hi), slack=zeros, status=all_ok, solve_time=zeros)
         t3 = time.perf_counter()
+        u_now, d = res.u, None
+        if pert is not None:
+            u_now = _delayed(outputs, res.u, pert.delay, system)
+            d = pert.disturbance(X, k, every, barrier, m)
+        step = plant if d is None else Disturbed(plant, d)
         if faults:                       # stopped runs are not integrated: their rows stay put
             X = X.copy()
-            X[alive], finite = _integrate(system, X[alive], res.u[alive], dt_int, substeps)
+            step = step if d is None else Disturbed(plant, d[alive])
+            X[alive], finite = _integrate(step, X[alive], u_now[alive], dt_int, substeps)
         else:
-            X, finite = _integrate(system, X, res.u, dt_int, substeps)
+            X, finite = _integrate(step, X, u_now, dt_int, substeps)
         t4 = time.perf_counter()
         clock["controller_s"] += t1 - t0
         clock["barrier_s"] += t2 - t1
         clock["filter_s"] += t3 - t2
         clock["integration_s"] += t4 - t3
 
-        rec["u_nom"][:, k], rec["u"][:, k] = u_nom, res.u
+        rec["u_nom"][:, k], rec["u"][:, k] = u_nom, u_now
         rec["slack"][:, k], rec["status"][:, k], rec["solve_time"][:, k] = res.slack, res.status, res.solve_time
         if terms is not None:
             h[:, k], rec["Lf"][:, k], rec["Lg"][:, k] = terms.h, terms.Lf, terms.Lg
+            if pert is not None and pert.noise.any():
+                h[:, k] = barrier.value(xs[:, k])      # safety is judged at the true state
             if order == 2:
                 rec["Lf2"][:, k], rec["LgLf"][:, k] = terms.Lf2, terms.LgLf
         xs[:, k + 1] = X
@@ -275,6 +299,14 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         h[:, T] = barrier.value(X)
         clock["barrier_s"] += time.perf_counter() - t0
     return finish(T)
+
+
+def _delayed(outputs: list[np.ndarray], u: np.ndarray, delay: int, system: Any) -> np.ndarray:
+    """The input applied now: the filter output of ``delay`` periods ago (neutral before)."""
+    outputs.append(u)
+    if len(outputs) > delay:
+        return outputs.pop(0)
+    return np.tile(neutral_input(system), (len(u), 1))
 
 
 def _initial_findings(system: Any, barrier: Barrier | None, filter: Any, X: np.ndarray, order: int) -> list:
@@ -310,7 +342,8 @@ def _metadata(system: Any, barrier: Any, filter: Any, controller: Any, order: in
 def simulate(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
              controller: Callable[[np.ndarray], np.ndarray] | str, x0: Any, t_final: float,
              dt_control: float, dt_int: float | None = None, order: int | None = None,
-             metadata: dict | None = None, on_fault: str = "stop", strict: bool = False) -> Trajectory:
+             metadata: dict | None = None, on_fault: str = "stop", strict: bool = False,
+             perturbation: Perturbation | None = None, run_seed: int | None = None) -> Trajectory:
     """One run from x0 (n,); returns a Trajectory with batch size 1 (see simulate_batch:
     a non-finite state stops the run and marks it, or raises with ``on_fault="raise"``;
     an x0 outside the constraint or certified set is warned about, or refused with ``strict``)."""
@@ -318,4 +351,5 @@ def simulate(system: Any, barrier: Barrier | None, filter: SafetyFilter | None,
     if x0.shape != (system.n,):
         raise ShapeError(f"x0: expected shape ({system.n},), got {x0.shape}")
     return simulate_batch(system, barrier, filter, controller, x0[None, :], t_final, dt_control,
-                          dt_int, order, metadata, on_fault, strict)
+                          dt_int, order, metadata, on_fault, strict, perturbation,
+                          None if run_seed is None else [run_seed])

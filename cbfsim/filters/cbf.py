@@ -18,20 +18,22 @@ from .row_filter import RowFilter
 class CBFQP(RowFilter):
     """CBF-QP on OSQP for ``n_barriers`` barriers (one class-K function each, or one for all).
     ``margin``: enforce each row with eps >= 0 (see row_filter.py); ``fallback``: the fault
-    policy (see fallback.py; default: hold the last safe input)."""
+    policy (see fallback.py; default: hold the last safe input); ``issf``: the input-to-state
+    safe term ||L_G h||^2 / issf (row_filter.py)."""
 
     order = 1
 
     def __init__(self, system_or_bounds: Any, alpha: ClassK | Sequence[ClassK] = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, slack_tol: float = DEFAULT_SLACK_TOL,
-                 margin: float = 0.0, fallback: Fallback | None = None, **osqp_settings: Any):
+                 margin: float = 0.0, fallback: Fallback | None = None, issf: float | None = None,
+                 **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.n_barriers = int(n_barriers)
         self.alphas = list(alpha) if isinstance(alpha, (list, tuple)) else [alpha] * self.n_barriers
         if len(self.alphas) != self.n_barriers:
             raise ValueError(f"expected {self.n_barriers} class-K functions, got {len(self.alphas)}")
         super().__init__(system_or_bounds, QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol,
-                                                       **osqp_settings), margin, fallback)
+                                                       **osqp_settings), margin, fallback, issf)
 
     def rows(self, terms: LieTerms | Sequence[LieTerms], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [cbf_rows(t, al) for t, al in zip(term_list(terms, self.n_barriers), self.alphas)]
@@ -45,11 +47,13 @@ class CBFProjection(RowFilter):
     n_barriers = 1
 
     def __init__(self, system_or_bounds: Any, alpha: ClassK = Linear(1.0), slack_penalty: float = 1e6,
-                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float = 0.0, fallback: Fallback | None = None):
+                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float = 0.0, fallback: Fallback | None = None,
+                 issf: float | None = None):
         lo, hi = input_bounds(system_or_bounds)
         self.alpha = alpha
         self.alphas = [alpha]
-        super().__init__(system_or_bounds, ProjectionRowSolver(lo, hi, slack_penalty, slack_tol), margin, fallback)
+        super().__init__(system_or_bounds, ProjectionRowSolver(lo, hi, slack_penalty, slack_tol), margin, fallback,
+                         issf)
 
     def rows(self, terms: LieTerms, u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return stack_rows([cbf_rows(t, self.alpha) for t in term_list(terms, 1)], u_nom)

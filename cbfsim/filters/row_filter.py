@@ -7,6 +7,13 @@ row is enforced at the sampling instants only, and eps pays for how much the con
 degrade until the next sample (training/certify/ proves safety only for eps > 0 chosen
 from its bounds). It is applied as  a_i - eps  before normalisation, so slack and status
 refer to the row with its margin.
+
+``issf`` (epsilon > 0; order-1 filters) adds the input-to-state-safe term of Kolathaya and
+Ames (IEEE L-CSS 2019): the filter enforces  a_i + b_i.u >= eps + ||b_i||^2 / issf,  i.e.
+L_f h + L_G h u + alpha(h) >= ||L_G h||^2 / issf. For a disturbance entering through the
+inputs (xdot = f + G (u + d)), d/dt h >= -alpha(h) + ||L_G h||^2 / issf - ||L_G h|| ||d||
+>= -alpha(h) - issf ||d||^2 / 4, so the set {h >= -alpha^-1(issf ||d||^2 / 4)} stays
+invariant: safety degrades gracefully with the disturbance instead of failing.
 """
 from __future__ import annotations
 
@@ -25,10 +32,13 @@ class RowFilter:
     order: int
 
     def __init__(self, system_or_bounds: Any, solver: RowSolver, margin: float = 0.0,
-                 fallback: Fallback | None = None):
+                 fallback: Fallback | None = None, issf: float | None = None):
         self.solver = solver
         self.m = solver.m
         self.margin = check_margin(margin)
+        if issf is not None and not (float(issf) > 0 and np.isfinite(issf)):
+            raise ValueError(f"issf must be a finite number > 0, got {issf!r}")
+        self.issf = None if issf is None else float(issf)
         system = system_or_bounds if hasattr(system_or_bounds, "nominal") else None
         self.faults = FaultPolicy(fallback or Fallback(), solver.u_min, solver.u_max, system)
 
@@ -43,8 +53,12 @@ class RowFilter:
 
     def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: Any) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
-        result = _fast.filter_single(self, u_nom, terms) if u_nom.shape == (1, 1) else None
+        single = u_nom.shape == (1, 1) and self.issf is None
+        result = _fast.filter_single(self, u_nom, terms) if single else None
         if result is None:
             a, b = self.rows(terms, u_nom)
-            result = self.solver.solve(a - self.margin, b, u_nom)
+            a = a - self.margin
+            if self.issf is not None:
+                a = a - np.einsum("bkm,bkm->bk", b, b) / self.issf
+            result = self.solver.solve(a, b, u_nom)
         return self.faults.apply(x, result)
