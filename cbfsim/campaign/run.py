@@ -1,0 +1,122 @@
+"""Run a campaign: shards on Dask (a LocalCluster here, or an existing scheduler), each shard's
+result published atomically under OUT/shards/, merged per setting into OUT/summary.json and
+OUT/violation.png.
+
+Resuming is the same call: shards already on disk are not run again, and merging keys on
+(setting, shard), so a shard a dead worker ran twice (Dask retries it) is counted once.
+A directory holds one campaign: OUT/spec.json must match the spec being run.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+from compiler.publish import atomic_write
+
+from .report import merge, plot
+from .shards import run_shard
+from .spec import Spec, SpecError, load_spec
+
+
+def _shard_path(out: Path, setting: int, shard: int) -> Path:
+    return out / "shards" / f"s{setting:04d}-k{shard:05d}.json"
+
+
+def _claim_directory(spec: Spec, out: Path) -> None:
+    """Write OUT/spec.json, or check that the campaign there is this one."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "shards").mkdir(exist_ok=True)
+    text = json.dumps({**spec.source, "card": str(spec.card)}, indent=2, sort_keys=True) + "\n"
+    path = out / "spec.json"
+    if path.exists() and path.read_text() != text:
+        raise SpecError(f"{out} holds a different campaign (its spec.json differs); choose another --out")
+    if not path.exists():
+        atomic_write(path, text)
+
+
+def pending(spec: Spec, out: Path) -> list[tuple[int, int]]:
+    """The (setting, shard) pairs whose results are not on disk yet."""
+    return [(s.index, k) for s in spec.settings for k in range(spec.shards_per_setting)
+            if not _shard_path(out, s.index, k).exists()]
+
+
+def _save(out: Path, result: dict) -> None:
+    atomic_write(_shard_path(out, result["setting"], result["shard"]), json.dumps(result) + "\n")
+
+
+def run(spec: Spec | str | Path | dict, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
+        in_process: bool = False, stop_after: int | None = None, progress: bool | None = None) -> dict:
+    """Run (or resume) a campaign and return its merged summary. ``in_process`` runs the shards
+    here, one after another; otherwise on Dask (``scheduler``: an existing cluster's address,
+    else a LocalCluster of ``workers`` processes). ``stop_after``: run at most that many shards
+    (then merge what exists; used to show resuming)."""
+    if not isinstance(spec, Spec):
+        spec = load_spec(spec)
+    out = Path(out)
+    _claim_directory(spec, out)
+    todo = pending(spec, out)[:stop_after] if stop_after is not None else pending(spec, out)
+    source = {**spec.source, "card": str(spec.card)}         # absolute: workers may run elsewhere
+    args = [(source, None, s, k) for s, k in todo]
+    bar = _bar(len(todo), progress)
+    if in_process or not todo:
+        for a in args:
+            _save(out, run_shard(*a))
+            bar(1)
+    else:
+        _run_on_dask(args, out, scheduler, workers, bar)
+    summary = merge(spec, [json.loads(p.read_text()) for p in sorted((out / "shards").glob("s*-k*.json"))])
+    atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+    if summary["complete"]:
+        plot(summary, out / "violation.png")
+    return summary
+
+
+def _run_on_dask(args: list, out: Path, scheduler: str | None, workers: int | None, bar: Callable) -> None:
+    import logging
+    from distributed import Client, LocalCluster, as_completed
+    for name in ("distributed", "tornado"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    cluster = None
+    if scheduler is None:
+        cluster = LocalCluster(n_workers=workers or os.cpu_count() or 1, threads_per_worker=1, processes=True,
+                               dashboard_address=":0")
+        client = Client(cluster)
+    else:
+        client = Client(scheduler)
+    try:
+        futures = [client.submit(run_shard, *a, key=f"cbfsim-shard-{a[2]}-{a[3]}-{os.getpid()}", retries=3,
+                                 pure=False) for a in args]
+        for future in as_completed(futures):
+            _save(out, future.result())
+            bar(1)
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def _bar(total: int, progress: bool | None) -> Callable[[int], Any]:
+    if progress is None:
+        progress = sys.stderr.isatty()
+    if not progress or total == 0:
+        return lambda _n: None
+    from tqdm import tqdm
+    bar = tqdm(total=total, unit="shard", desc="campaign")
+    return lambda n: (bar.update(n), bar.close() if bar.n >= total else None)
+
+
+def replay(spec: Spec | str | Path | dict, setting: int, run_index: int):
+    """One run of the campaign, alone: the same initial state and run seed, the same trajectory."""
+    import numpy as np
+    from ..simulate import simulate
+    from .shards import _loop, initial_states, make_filter, run_seeds
+    if not isinstance(spec, Spec):
+        spec = load_spec(spec)
+    loop = _loop(str(spec.card))
+    x0 = initial_states(str(spec.card), spec.runs, spec.seed)[run_index]
+    seed = int(run_seeds(spec.seed, setting, np.array([run_index]))[0])
+    return simulate(loop["system"], loop["barrier"], make_filter(spec, setting), spec.controller, x0, spec.t_final,
+                    spec.dt_control or loop["dt"], perturbation=spec.settings[setting].perturbation, run_seed=seed)
