@@ -104,6 +104,39 @@ def row(label, work, wall, parts, walls):
     return "| " + " | ".join(cells) + " |"
 
 
+def compiled_engine_rows(X0, T: int, dt: float, numpy_rate: float, repeats: int) -> list[str]:
+    """(e) the compiled closed loop (cbfsim/engine.py, the firmware's step.hpp over the batch)
+    beside (f) a C loop over the barrier call alone, the floor: ns per state-step, both ratios."""
+    import numpy as np
+    from cbfsim.device.card import shipped_card_run
+    from cbfsim.engine import build_engine
+    run = shipped_card_run("vdp", x0=tuple(X0[0]), dt=dt)
+    loop = build_engine(run.model, run.config)
+    loop.run(X0[:2], 10)                                          # warm-up
+    wall_e = float(np.median([_wall(lambda: loop.run(X0, T)) for _ in range(max(1, repeats))]))
+    states = np.ascontiguousarray(np.tile(X0, (max(1, 1_000_000 // len(X0)), 1)), dtype=np.float32)
+    wall_f = float(np.median([_wall(lambda: loop.barrier_only(states)) for _ in range(3)]))
+    step_ns, call_ns = 1e9 * wall_e / (len(X0) * T), 1e9 * wall_f / len(states)
+    ratio = step_ns / call_ns
+    return [f"Compiled engine (float32, margin {run.config.margin:g}, {len(X0):,} runs x {T:,} steps; median of "
+            f"{max(1, repeats)}) against the barrier call alone (median of 3 passes over {len(states):,} states):",
+            "",
+            "| run | ns per state-step | state-steps/s | vs floor | vs numpy batch (c) |",
+            "|---|---:|---:|---:|---:|",
+            f"| (e) compiled closed loop | {step_ns:.0f} | {1e9 / step_ns:,.0f} | {ratio:.2f}x | "
+            f"{(1e9 / step_ns) / numpy_rate:.1f}x faster |",
+            f"| (f) barrier call alone (floor) | {call_ns:.0f} | {1e9 / call_ns:,.0f} | 1.00x | |",
+            "",
+            f"- Target: a state-step costs <= 1.25x the barrier call alone: "
+            f"**{'met' if ratio <= 1.25 else 'not met'}** ({ratio:.2f}x)."]
+
+
+def _wall(fn) -> float:
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     sys.path.insert(0, str(args.root.resolve()))
@@ -139,6 +172,7 @@ def main(argv=None) -> int:
     runs["c"] = timed(lambda: simulate_batch(system, barrier, CBFProjection(system), "zero", X0, t_final, dt),
                       args.batch_repeats)
 
+    engine = compiled_engine_rows(X0, T, dt, T * B / runs["c"][1], args.batch_repeats)
     (ta, wall_a, parts_a, _), (tb, *_), (tc, wall_c, *_) = runs["a"], runs["b"], runs["c"]
     full = (T, B) == (10_000, 1_000)       # the targets are defined for the full run only
     largest = max(PARTS, key=lambda k: parts_a[k])
@@ -177,6 +211,8 @@ def main(argv=None) -> int:
         f"max |dx| = {dx_qp:.3g}, max |du| = {du_qp:.3g}.",
         f"- QP stats of (a) over its repeats: {qp_stats}; along (b) the filter changed u_nom on "
         f"{100 * active:.1f}% of the steps, min h = {np.nanmin(tb.h):.4f}.",
+        "",
+        *engine,
     ]
     text = "\n".join(lines) + "\n"
     print(text)
