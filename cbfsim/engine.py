@@ -10,8 +10,9 @@ batch.cpp) and published whole (a private folder, then one rename), as barrier b
 
     traj = simulate_card("experiments/models/vdp.json", X0, t_final=5.0)
 
-Not yet: perturbations (use the numpy engine, ``simulate_batch(..., perturbation=...)``) and
-the several-row filter.
+It takes the same ``Perturbation`` as the numpy engine (noise, disturbances, delay; the same
+counter-based draws, firmware/common/rng.hpp) except plant-parameter mismatch, which it
+refuses in one line; not yet the several-row filter.
 """
 from __future__ import annotations
 
@@ -24,9 +25,12 @@ from typing import Any
 
 import numpy as np
 
+from compiler.errors import CbfsimError
+
 from .trajectory import Trajectory
 
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
+MAX_DELAY = 64                       # kMaxDelay in firmware/host/batch.cpp
 
 
 class CompiledLoop:
@@ -39,19 +43,38 @@ class CompiledLoop:
         self.order = self._lib.cbf_engine_dims(ctypes.byref(n), ctypes.byref(m))
         self.n, self.m = n.value, m.value
         f32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
-        self._lib.cbf_engine_run.argtypes = [ctypes.c_int, ctypes.c_int, f32, f32, f32, f32, f32,
+        u64 = np.ctypeslib.ndpointer(np.uint64, flags="C_CONTIGUOUS")
+        self._lib.cbf_engine_run.argtypes = [ctypes.c_int, ctypes.c_int, f32, u64, f32, ctypes.c_int, f32, f32,
+                                             ctypes.c_int, f32, f32, f32, f32,
                                              np.ctypeslib.ndpointer(np.int8, flags="C_CONTIGUOUS")]
-        self._lib.cbf_engine_run.restype = None
+        self._lib.cbf_engine_run.restype = ctypes.c_int
         self._lib.cbf_engine_barrier_only.argtypes = [ctypes.c_int, f32, f32]
         self._lib.cbf_engine_barrier_only.restype = None
 
-    def run(self, X0: Any, steps: int) -> dict[str, np.ndarray]:
+    def run(self, X0: Any, steps: int, perturbation: Any = None, run_seeds: Any = None) -> dict[str, np.ndarray]:
+        """B runs of ``steps`` periods from X0 (B, n), optionally perturbed (cbfsim.perturb;
+        plant-parameter mismatch is refused: the engine's plant is its filter's model)."""
+        from .perturb import ActivePerturbation, Perturbation, PerturbationError
         X0 = np.ascontiguousarray(np.asarray(X0, dtype=np.float64).reshape(-1, self.n), dtype=np.float32)
         B, T = len(X0), int(steps)
+        pert = ActivePerturbation(perturbation or Perturbation(), self.config.plant(), run_seeds, B)
+        if perturbation is not None and perturbation.plant_params:
+            raise PerturbationError("the compiled engine cannot take plant_params yet (its plant is the filter's "
+                                    "model); use engine='numpy'")
+        if pert.delay > MAX_DELAY:
+            raise PerturbationError(f"the compiled engine takes a delay of at most {MAX_DELAY} periods")
+        kind = ("none", "constant", "uniform", "worst_case").index(pert.kind)
+        value = getattr(pert, "value", np.zeros(self.n))
+        as32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)    # noqa: E731
         out = {"x": np.empty((B, T + 1, self.n), np.float32), "u_nom": np.empty((B, T, self.m), np.float32),
                "u": np.empty((B, T, self.m), np.float32), "h": np.empty((B, T), np.float32),
                "status": np.empty((B, T), np.int8)}
-        self._lib.cbf_engine_run(B, T, X0, out["x"], out["u_nom"], out["u"], out["h"], out["status"])
+        code = self._lib.cbf_engine_run(B, T, X0, np.ascontiguousarray(pert.seeds), as32(pert.noise), kind,
+                                        as32(pert.bound), as32(value), pert.delay, out["x"], out["u_nom"], out["u"],
+                                        out["h"], out["status"])
+        if code != 0:
+            raise PerturbationError("the compiled engine refused the perturbation")
+        out["perturbation"] = pert.record if perturbation is not None else None
         return out
 
     def barrier_only(self, X: Any) -> None:
@@ -94,7 +117,8 @@ def build_engine(model: Any, config: Any) -> CompiledLoop:
     return CompiledLoop(library, config)
 
 
-def simulate_card(card: str | Path, X0: Any, t_final: float, **overrides: Any) -> Trajectory:
+def simulate_card(card: str | Path, X0: Any, t_final: float, perturbation: Any = None, run_seeds: Any = None,
+                  **overrides: Any) -> Trajectory:
     """Simulate B runs from X0 (B, n) of the model a card describes (its certified period and
     margin, the shipped runs' nominal controller; ``overrides``: RunConfig fields) in the
     compiled engine; float32 records widened to float64."""
@@ -102,14 +126,53 @@ def simulate_card(card: str | Path, X0: Any, t_final: float, **overrides: Any) -
     X0 = np.atleast_2d(np.asarray(X0, dtype=np.float64))
     run = shipped_card_run(card, x0=tuple(X0[0]), **overrides)
     loop = build_engine(run.model, run.config)
-    steps = int(round(t_final / run.config.dt))
-    out = loop.run(X0, steps)
+    return trajectory(loop, X0, int(round(t_final / run.config.dt)), perturbation, run_seeds, {"card": str(card)})
+
+
+def trajectory(loop: CompiledLoop, X0: np.ndarray, steps: int, perturbation: Any, run_seeds: Any,
+               extra: dict) -> Trajectory:
+    """Run the loaded engine and return its records as a Trajectory (h at the final state: NaN)."""
+    out = loop.run(X0, steps, perturbation, run_seeds)
     B, T, m = len(X0), steps, loop.m
     nan = np.full((B, T), np.nan)
     h = np.concatenate([out["h"].astype(np.float64), np.full((B, 1), np.nan)], axis=1)
-    return Trajectory(t=np.arange(T + 1) * float(np.float32(run.config.dt)), x=out["x"].astype(np.float64),
+    meta = {"engine": "compiled", "system": loop.config.system, "dt_control": loop.config.dt,
+            "margin": loop.config.margin, "library": str(loop.library), **extra}
+    if out["perturbation"] is not None:
+        meta["perturbation"] = out["perturbation"]
+    return Trajectory(t=np.arange(T + 1) * float(np.float32(loop.config.dt)), x=out["x"].astype(np.float64),
                       u_nom=out["u_nom"].astype(np.float64), u=out["u"].astype(np.float64), h=h, Lf=nan,
                       Lg=np.full((B, T, m), np.nan), slack=np.zeros((B, T)), status=out["status"],
-                      solve_time=np.zeros((B, T)),
-                      metadata={"engine": "compiled", "system": run.config.system, "dt_control": run.config.dt,
-                                "margin": run.config.margin, "library": str(loop.library), "card": str(card)})
+                      solve_time=np.zeros((B, T)), metadata=meta)
+
+
+class EngineError(CbfsimError, ValueError):
+    """A closed loop the compiled engine cannot run (one line naming the part)."""
+
+
+def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0: Any, t_final: float,
+                     dt_control: float, substeps: int, perturbation: Any, run_seeds: Any) -> Trajectory:
+    """``simulate_batch(..., engine="compiled")``: the same loop from the simulator's objects --
+    a compiled barrier (its source model), a projection or one-row QP filter with linear
+    class-K gains (the firmware solves the same problem exactly), a nominal controller named
+    by the system -- as a RunConfig, built and run in the engine."""
+    import dataclasses
+    from .classk import Linear
+    from .device.config import RunConfig
+    model = getattr(getattr(barrier, "lib", None), "source_model", None)
+    if model is None:
+        raise EngineError("engine='compiled' needs a barrier from cbfsim.runtime.compile_barrier")
+    if not isinstance(controller, str):
+        raise EngineError("engine='compiled' needs the nominal controller by name (one of system.nominal's)")
+    if filter is None or getattr(filter, "n_barriers", 1) != 1 or getattr(filter, "issf", None) is not None:
+        raise EngineError("engine='compiled' needs a one-barrier CBF/HOCBF filter without the ISSf term")
+    alphas = [filter.alpha] if filter.order == 1 else [filter.alpha1, filter.alpha2]
+    if not all(isinstance(a, Linear) for a in alphas):
+        raise EngineError("engine='compiled' needs linear class-K functions (the firmware's row)")
+    params = dataclasses.asdict(system.params) if dataclasses.is_dataclass(system.params) else {}
+    config = RunConfig(system=system.name, x0=tuple(np.atleast_2d(X0)[0]), nominal=controller, order=filter.order,
+                       alpha=tuple(a.gain for a in alphas), dt=float(dt_control), steps=1, substeps=int(substeps),
+                       params=params, margin=filter.margin, fallback=filter.faults.fallback)
+    loop = build_engine(model, config)
+    return trajectory(loop, np.atleast_2d(np.asarray(X0, dtype=np.float64)),
+                      int(round(t_final / dt_control)), perturbation, run_seeds, {"controller": controller})

@@ -159,7 +159,8 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
                    controller: Callable[[np.ndarray], np.ndarray] | str, X0: Any, t_final: float,
                    dt_control: float, dt_int: float | None = None, order: int | None = None,
                    metadata: dict | None = None, on_fault: str = "stop", strict: bool = False,
-                   perturbation: Perturbation | None = None, run_seeds: Any = None) -> Trajectory:
+                   perturbation: Perturbation | None = None, run_seeds: Any = None,
+                   engine: str = "numpy") -> Trajectory:
     """Simulate B runs at once from X0 (B, n); one barrier and one filter call per control
     step for the whole batch. ``controller`` is a callable (B, n) -> (B, m) or the name of
     one of ``system.nominal``'s controllers; ``order`` defaults to the filter's.
@@ -179,7 +180,17 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     noise and input delay; ``run_seeds`` (B,) keys each run's random draws (default
     perturbation.seed + 0..B-1), so any run replays alone. With a perturbation, ``h`` is
     recorded at the true state and ``u`` is the input applied in each period (with a delay,
-    the filter's output ``delay`` periods earlier); ``metadata["perturbation"]`` holds it all."""
+    the filter's output ``delay`` periods earlier); ``metadata["perturbation"]`` holds it all.
+
+    ``engine="compiled"`` runs the same loop as the firmware does, in float32, in one C++ call
+    (cbfsim/engine.py: bit-identical to the host twin; what it cannot run it refuses in one line)."""
+    if engine not in ("numpy", "compiled"):
+        raise ValueError(f"engine must be 'numpy' or 'compiled', got {engine!r}")
+    if engine == "compiled":
+        from .engine import simulate_objects
+        dt_sub = dt_control if dt_int is None else dt_int
+        return simulate_objects(system, barrier, filter, controller, X0, t_final, dt_control,
+                                _steps(dt_control, dt_sub, "dt_control", "dt_int"), perturbation, run_seeds)
     if on_fault not in ("stop", "raise"):
         raise ValueError(f"on_fault must be 'stop' or 'raise', got {on_fault!r}")
     if isinstance(controller, str):

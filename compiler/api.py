@@ -94,4 +94,6 @@ def compile_barrier(model, inputs: int, order: int = 1, dtype: str = "float", na
     source = compile_model(model, inputs=inputs, order=order, dtype=dtype, name=name, layout=layout,
                            limits=limits or DEFAULT_LIMITS, state_shape=state_shape)
     library = build_library(source.name, source.header, source.abi, extra_flags)
-    return CompiledLie(library, dtype, header_path=library.parent / f"{source.name}.hpp", report=source.report)
+    lie = CompiledLie(library, dtype, header_path=library.parent / f"{source.name}.hpp", report=source.report)
+    lie.source_model = model           # what it was compiled from (the compiled engine rebuilds from it)
+    return lie

@@ -28,6 +28,7 @@ def test_a_two_worker_local_cluster_gives_the_in_process_results_bit_for_bit(onc
     on_dask = campaign.run(SPEC, tmp_path / "dask", workers=2)
     assert json.dumps(on_dask["settings"]) == json.dumps(once["settings"])
     assert on_dask["complete"] and (tmp_path / "dask" / "violation.png").exists()
+    assert (tmp_path / "dask" / "worst_runs.png").stat().st_size > 10_000
 
 
 def test_a_resumed_campaign_equals_an_uninterrupted_one(once, tmp_path):
@@ -65,3 +66,15 @@ def test_bad_specs_and_a_foreign_directory_are_refused_in_one_line(tmp_path, onc
     campaign.run({**SPEC, "runs": 4}, tmp_path / "one", in_process=True)
     with pytest.raises(campaign.SpecError, match="different campaign"):
         campaign.run(SPEC, tmp_path / "one", in_process=True)
+
+
+def test_the_compiled_engine_runs_a_campaign_and_replays_its_worst_run(tmp_path):
+    spec = {**SPEC, "engine": "compiled", "grid": {"plant_params": [{}], "disturbance": [
+        {"kind": "worst_case", "bound": [0.0, 0.4]}]}}
+    summary = campaign.run(spec, tmp_path / "compiled", in_process=True)
+    row = summary["settings"][0]
+    worst = row["worst_runs"][0]
+    traj = campaign.replay(spec, 0, worst["run"])
+    assert traj.metadata["engine"] == "compiled"
+    system = __import__("systems").get_system("van_der_pol", mu=1.0, r=1.5, u_max=2.0)
+    assert float(system.constraint(traj.x[0]).min()) == worst["min_constraint"]

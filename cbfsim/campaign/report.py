@@ -70,3 +70,31 @@ def _short(row: dict) -> str:
     if row.get("delay"):
         parts.append(f"delay {row['delay']}")
     return ", ".join(parts) or "nominal"
+
+
+def plot_worst(spec: Spec, summary: dict, path: Any, count: int = WORST) -> None:
+    """The worst runs of the setting with the lowest constraint, replayed alone: the
+    constraint function over time (below 0: the run left the set)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from .run import replay
+    from .shards import _loop
+    rows = [r for r in summary["settings"] if r.get("worst_runs")]
+    if not rows:
+        return
+    row = min(rows, key=lambda r: r["worst_runs"][0]["min_constraint"])
+    system = _loop(str(spec.card))["system"]
+    fig, ax = plt.subplots(figsize=(6.0, 3.4))
+    for worst in row["worst_runs"][:count]:
+        traj = replay(spec, row["setting"], worst["run"])
+        ax.plot(traj.t, system.constraint(traj.x[0]), lw=1, label=f"run {worst['run']} (seed {worst['seed']})")
+    ax.axhline(0.0, color="black", lw=0.8)
+    ax.set_xlabel("t [s]")
+    ax.set_ylabel("constraint(x)")
+    ax.set_title(f"worst runs of setting {row['setting']}: {_short(row)}", fontsize=9)
+    ax.legend(fontsize=7, loc="lower left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -16,7 +16,7 @@ from typing import Any, Callable
 
 from compiler.publish import atomic_write
 
-from .report import merge, plot
+from .report import merge, plot, plot_worst
 from .shards import run_shard
 from .spec import Spec, SpecError, load_spec
 
@@ -71,6 +71,7 @@ def run(spec: Spec | str | Path | dict, out: str | Path, *, scheduler: str | Non
     atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
     if summary["complete"]:
         plot(summary, out / "violation.png")
+        plot_worst(spec, summary, out / "worst_runs.png")
     return summary
 
 
@@ -111,12 +112,13 @@ def _bar(total: int, progress: bool | None) -> Callable[[int], Any]:
 def replay(spec: Spec | str | Path | dict, setting: int, run_index: int):
     """One run of the campaign, alone: the same initial state and run seed, the same trajectory."""
     import numpy as np
-    from ..simulate import simulate
     from .shards import _loop, initial_states, make_filter, run_seeds
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
     loop = _loop(str(spec.card))
     x0 = initial_states(str(spec.card), spec.runs, spec.seed)[run_index]
     seed = int(run_seeds(spec.seed, setting, np.array([run_index]))[0])
-    return simulate(loop["system"], loop["barrier"], make_filter(spec, setting), spec.controller, x0, spec.t_final,
-                    spec.dt_control or loop["dt"], perturbation=spec.settings[setting].perturbation, run_seed=seed)
+    from ..simulate import simulate_batch
+    return simulate_batch(loop["system"], loop["barrier"], make_filter(spec, setting), spec.controller, x0[None, :],
+                          spec.t_final, spec.dt_control or loop["dt"], perturbation=spec.settings[setting].perturbation,
+                          run_seeds=[seed], engine=spec.engine)

@@ -89,7 +89,7 @@ def run_shard(source: dict, base: str | None, setting: int, shard: int) -> dict:
     system = loop["system"]
     traj = simulate_batch(system, loop["barrier"], make_filter(spec, setting), spec.controller, X0, spec.t_final,
                           spec.dt_control or loop["dt"], perturbation=spec.settings[setting].perturbation,
-                          run_seeds=seeds)
+                          run_seeds=seeds, engine=spec.engine)
     c = system.constraint(traj.x.reshape(-1, system.n)).reshape(len(runs), -1)
     return {"setting": setting, "shard": shard, "runs": [int(lo), int(hi)],
             "seeds": [int(s) for s in seeds], "min_constraint": c.min(axis=1).tolist(),

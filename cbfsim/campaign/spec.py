@@ -8,7 +8,7 @@
      "grid": {"plant_params": [{}, {"mu": 1.25}],  # every combination of the lists is a setting
               "disturbance": [{"kind": "none"}, {"kind": "uniform", "bound": [0.0, 0.2]}],
               "noise": [0.0], "delay": [0]},
-     "seed": 0}
+     "seed": 0, "engine": "numpy"}                 # or "compiled" (cbfsim/engine.py)
 
 Unknown keys and bad values are refused with one line naming them (SpecError).
 """
@@ -24,7 +24,8 @@ from compiler.errors import CbfsimError
 
 from ..perturb import DISTURBANCES, Perturbation
 
-TOP_KEYS = {"card", "runs", "shard_size", "t_final", "dt_control", "controller", "filter", "grid", "seed"}
+TOP_KEYS = {"card", "runs", "shard_size", "t_final", "dt_control", "controller", "filter", "grid", "seed",
+            "engine"}
 FILTER_KEYS = {"margin", "robust", "issf"}
 GRID_KEYS = {"plant_params", "disturbance", "noise", "delay"}
 
@@ -57,6 +58,7 @@ class Spec:
     issf: float | None
     settings: list[Setting] = field(default_factory=list)
     seed: int = 0
+    engine: str = "numpy"
     source: dict = field(default_factory=dict)
 
     @property
@@ -130,6 +132,9 @@ def load_spec(source: str | Path | dict, base: Path | None = None) -> Spec:
                             plant_params=dict(params) or None,
                             noise=tuple(noise) if isinstance(noise, list) else noise, delay=delay, seed=seed)
         settings.append(Setting(i, pert, bool(filt.get("robust", False))))
+    engine = data.get("engine", "numpy")
+    if engine not in ("numpy", "compiled"):
+        raise SpecError(f"campaign spec: engine must be 'numpy' or 'compiled', got {engine!r}")
     runs = _positive(data.get("runs", 1000), "runs", int)
     dt = data.get("dt_control")
     return Spec(card=card.resolve(), runs=runs, shard_size=min(runs, _positive(data.get("shard_size", 500),
@@ -138,4 +143,4 @@ def load_spec(source: str | Path | dict, base: Path | None = None) -> Spec:
                 dt_control=None if dt is None else _positive(dt, "dt_control"),
                 controller=str(data.get("controller", "zero")), margin=margin,
                 robust=bool(filt.get("robust", False)), issf=None if issf is None else _positive(issf, "issf"),
-                settings=settings, seed=seed, source=data)
+                settings=settings, seed=seed, engine=engine, source=data)

@@ -94,29 +94,31 @@ inline int control(const float* x, float* u_nom, float* u, float& h, float* last
     return status;
 }
 
-// xdot = f(x) + G(x) u, summed in the order j = 0..m-1 (the Python reference does the same).
-inline void xdot(const float* x, const float* u, float* out) noexcept {
+// xdot = f(x) + G(x) u (+ d, a disturbance held over the period, when given), summed in the
+// order j = 0..m-1 (the Python reference does the same); without d the bits are unchanged.
+inline void xdot(const float* x, const float* u, float* out, const float* d = nullptr) noexcept {
     float f[N], G[N * M];
     plant::f(x, f);
     plant::G(x, G);
     for (int i = 0; i < N; ++i) {
         float s = f[i];
         for (int j = 0; j < M; ++j) s += G[i * M + j] * u[j];
+        if (d != nullptr) s += d[i];
         out[i] = s;
     }
 }
 
-// Classical RK4 over one step of length hstep with u held constant.
-inline void rk4_step(float* x, const float* u, float hstep) noexcept {
+// Classical RK4 over one step of length hstep with u (and d, if given) held constant.
+inline void rk4_step(float* x, const float* u, float hstep, const float* d = nullptr) noexcept {
     float k1[N], k2[N], k3[N], k4[N], tmp[N];
     const float half = 0.5f * hstep;
-    xdot(x, u, k1);
+    xdot(x, u, k1, d);
     for (int i = 0; i < N; ++i) tmp[i] = x[i] + half * k1[i];
-    xdot(tmp, u, k2);
+    xdot(tmp, u, k2, d);
     for (int i = 0; i < N; ++i) tmp[i] = x[i] + half * k2[i];
-    xdot(tmp, u, k3);
+    xdot(tmp, u, k3, d);
     for (int i = 0; i < N; ++i) tmp[i] = x[i] + hstep * k3[i];
-    xdot(tmp, u, k4);
+    xdot(tmp, u, k4, d);
     const float sixth = hstep / 6.0f;
     for (int i = 0; i < N; ++i) x[i] = x[i] + sixth * (k1[i] + 2.0f * k2[i] + 2.0f * k3[i] + k4[i]);
 }
