@@ -314,7 +314,7 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
 
 def _delayed(outputs: list[np.ndarray], u: np.ndarray, delay: int, system: Any) -> np.ndarray:
     """The input applied now: the filter output of ``delay`` periods ago (neutral before)."""
-    outputs.append(u)
+    outputs.append(u.copy())              # (a filter may reuse its output buffer)
     if len(outputs) > delay:
         return outputs.pop(0)
     return np.tile(neutral_input(system), (len(u), 1))
