@@ -135,15 +135,27 @@ def has_min_memory() -> bool:
     return "layout" in inspect.signature(compile_model).parameters
 
 
+def _paper_model_file(ex: Example) -> Path | None:
+    """The trained model with the paper's architecture: the shipped one, or the one kept in
+    models/refuted/ when the shipped model changed activation to be certified (VdP: softplus)."""
+    from compiler.api import load_model
+    models = ROOT / "experiments" / "models"
+    for path in (models / f"{ex.key}.onnx", models / "refuted" / f"{ex.key}_{ex.activation}.onnx"):
+        if path.exists() and {a.kind for a in load_model(path).hidden_activations()} == {ex.activation}:
+            return path
+    return None
+
+
 def load_example_model(ex: Example):
-    """(IR model, source description): the shipped ONNX model if present, else seeded random weights."""
+    """(IR model, source description): the trained model of the paper's architecture if there
+    is one (``_paper_model_file``), else seeded random weights."""
     from compiler.api import load_model
     from compiler.ir import Dense, Model
     from compiler.passes import canonicalize
-    path = ROOT / "experiments" / "models" / f"{ex.key}.onnx"
-    if path.exists():
+    path = _paper_model_file(ex)
+    if path is not None:
         model = canonicalize(load_model(path, name="barrier"))
-        source = f"experiments/models/{ex.key}.onnx"
+        source = str(path.relative_to(ROOT))
         if ex.key == "pendulum" and model.input_dim == 1:
             # the paper's 1-32-32-1 net on theta: the equivalent 2-input net has a zero theta_dot column
             first = model.layers[0]
@@ -159,7 +171,7 @@ def load_example_model(ex: Example):
         with torch.no_grad():
             net[0].weight[:, 1] = 0.0
     model = canonicalize(load_model(net.eval(), name="barrier"))
-    return model, f"seeded random weights (training.architectures.mlp, seed {ex.seed}; no {path.name} found)"
+    return model, f"seeded random weights (training.architectures.mlp, seed {ex.seed}; no trained {ex.activation} model)"
 
 
 def make_methods(ex: Example, model) -> list[Method]:
