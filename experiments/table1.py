@@ -684,7 +684,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", default=str(ROOT / "results" / "table1"), help="default: results/table1")
     parser.add_argument("--keep", metavar="DIR", help="build in DIR and keep it (default: a temporary directory)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the host states (default 0)")
+    parser.add_argument("--esp32-log", action="append", default=[], metavar="EXAMPLE:METHOD=FILE",
+                        help="add a captured ESP32-S3 benchmark log (repeatable; see cbfsim/device/capture.py)")
     args = parser.parse_args(argv)
+    from cbfsim.device.capture import esp32_markdown, esp32_rows
+    esp32 = esp32_rows(args.esp32_log)          # read (and refuse) the captures before hours of work
     start = time.perf_counter()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cbfsim-table1-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -708,10 +712,13 @@ def main(argv=None) -> int:
         print("timing on the host ...", file=sys.stderr)
         time_all(preps, 6 if args.quick else 30)
         text = build_table(preps, args, time.perf_counter() - start, qemu)
+        if esp32:
+            text += "\n" + esp32_markdown(esp32, PAPER)
         out_dir = Path(args.out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         (out_dir / "table1.md").write_text(text)
-        (out_dir / "table1.json").write_text(json.dumps(to_json(preps), indent=1, default=str))
+        (out_dir / "table1.json").write_text(json.dumps({**to_json(preps), "esp32_captured": esp32}, indent=1,
+                                                        default=str))
         figure(preps, out_dir / "table1.png")
     finally:
         if not args.keep:

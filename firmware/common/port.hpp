@@ -1,5 +1,5 @@
 // port.hpp: the whole interface between the platform-neutral firmware (app.hpp) and a
-// board. Each port (host/, cortex-m/, esp32/) defines these four functions in its own
+// board. Each port (host/, cortex-m/, esp32/) defines these six functions in its own
 // translation unit; nothing else in common/ touches hardware, an OS or a C library.
 #ifndef CBF_PORT_HPP
 #define CBF_PORT_HPP
@@ -22,5 +22,10 @@ std::uint32_t port_counter();
 const PortInfo& port_info();
 // Leave the program with an exit code (semihosting on Cortex-M, exit() on the host).
 [[noreturn]] void port_exit(int code);
+// Mask the interrupts that could preempt a timed call, returning what restores them: nothing
+// on the host, PRIMASK on Cortex-M, the FreeRTOS interrupt level on the ESP32-S3 (the cycle
+// counter keeps counting; the benchmark masks around each call, never around printing).
+std::uint32_t port_mask_interrupts();
+void port_restore_interrupts(std::uint32_t saved);
 
 #endif  // CBF_PORT_HPP

@@ -74,6 +74,15 @@ void port_write(const char* data, std::size_t size) {
     }
 }
 
+// PRIMASK: the previous value, then all configurable-priority interrupts masked (cpsid i).
+std::uint32_t port_mask_interrupts() {
+    std::uint32_t primask;
+    __asm volatile("mrs %0, primask\n\tcpsid i" : "=r"(primask) : : "memory");
+    return primask;
+}
+
+void port_restore_interrupts(std::uint32_t saved) { __asm volatile("msr primask, %0" : : "r"(saved) : "memory"); }
+
 std::uint32_t port_counter() { return kSysTickMask - (systick().cvr & kSysTickMask); }
 
 const PortInfo& port_info() {

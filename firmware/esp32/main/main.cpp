@@ -31,6 +31,13 @@ void port_write(const char* data, std::size_t size) {
 // CPU cycles at CONFIG_ESP_DEFAULT_CPU_FREQ_MHZ (240 MHz); wraps every ~17.9 s.
 std::uint32_t port_counter() { return static_cast<std::uint32_t>(esp_cpu_get_cycle_count()); }
 
+// The FreeRTOS port's interrupt mask on this core (XTOS_SET_INTLEVEL(XCHAL_EXCM_LEVEL)):
+// the tick and every level-1..3 interrupt wait until the timed call is done.
+std::uint32_t port_mask_interrupts() { return static_cast<std::uint32_t>(portSET_INTERRUPT_MASK_FROM_ISR()); }
+void port_restore_interrupts(std::uint32_t saved) {
+    portCLEAR_INTERRUPT_MASK_FROM_ISR(static_cast<UBaseType_t>(saved));
+}
+
 const PortInfo& port_info() {
     static constexpr PortInfo info{CONFIG_IDF_TARGET, "cycles", 0xffffffffu};
     return info;
