@@ -8,8 +8,10 @@ name would otherwise shadow the function once anything imports ``cbfsim.simulate
 Compile and load a barrier: ``compile_barrier``. Barriers: ``CompiledBarrier``,
 ``TorchBarrier``, ``AnalyticBarrier``. Filters: ``CBFQP``, ``HOCBFQP``, ``CBFProjection``,
 ``FilterStatus``. Class-K functions: ``Linear``, ``Cubic``, ``Power``, ``Tanh``. Simulation:
-``simulate``, ``simulate_batch``, ``Trajectory``. Plants: ``get_system``. Errors: ``CbfsimError``
-is the root of every error cbfsim raises on purpose.
+``simulate``, ``simulate_batch``, ``Trajectory``; model error: ``Perturbation``,
+``disturbance_margin``. Plants: ``get_system``. Errors: ``CbfsimError`` is the root of every
+error cbfsim raises on purpose. Campaigns: ``cbfsim.campaign``; the compiled closed loop:
+``cbfsim.engine``.
 """
 from __future__ import annotations
 
@@ -33,6 +35,8 @@ _EXPORTS: dict[str, str] = {
     "Tanh": "cbfsim.classk",
     "Trajectory": "cbfsim.trajectory",
     "RunStatus": "cbfsim.trajectory",
+    "Perturbation": "cbfsim.perturb",
+    "disturbance_margin": "cbfsim.perturb",
     "get_system": "systems",
     "CbfsimError": "compiler.errors",
 }

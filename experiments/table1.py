@@ -1,5 +1,6 @@
 """The paper's measurement table (Table "ESP32-S3 measurements") and bar chart, reproduced on
-this host and on a Cortex-M4F under QEMU, for the dual-number header against reverse-mode
+this host and on a Cortex-M4F and a Cortex-M7 under QEMU (and ESP32-S3 rows from captured
+logs: --esp32-log), for the dual-number header against reverse-mode
 baselines compiled from the same model.
 
 Examples (the paper's three barriers):
@@ -29,8 +30,9 @@ Columns:
   with the firmware's flags: g++ -std=c++17 -O2 -ffp-contract=off -fno-math-errno.
 * Ir/call: valgrind callgrind, instructions inside the timed call (the allocator included),
   for that -O2 build and for g++ -std=c++17 -O3 -march=native.
-* M4F instructions/call: the firmware's benchmark mode (firmware/common/app.hpp:
-  1,000 seeded states, SysTick around each call) on QEMU mps2-an386 with -icount shift=0,
+* M4F · M7 instructions/call: the firmware's benchmark mode (firmware/common/app.hpp:
+  1,000 seeded states, SysTick around each call, interrupts masked) on QEMU mps2-an386 (M4F)
+  and mps2-an500 (M7) with -icount shift=0,
   where 1 SysTick tick = 40 instructions: (median - overhead) x 40 and max likewise.
   Instruction counts of an emulator, not cycles of a real core: no caches, no wait states,
   no allocator-induced cache misses -- the heap's timing jitter on silicon does not show here.
@@ -52,7 +54,7 @@ Columns:
 Outputs: results/table1/table1.md (printed too), table1.png (two panels: host median time
 and dynamic memory per example, as the paper's figure), table1.json (all numbers).
 
-    python experiments/table1.py [--quick] [--no-qemu] [--keep DIR] [--out-dir DIR]
+    python experiments/table1.py [--quick] [--no-qemu] [--keep DIR] [--out-dir DIR] [--esp32-log EX:METHOD=FILE]
 """
 from __future__ import annotations
 
@@ -374,7 +376,7 @@ def host_stack(build_dir: Path, needle: str) -> tuple[int | None, bool]:
     return rep.worst_bytes, alloc
 
 
-# ----------------------------------------------------------------------------- Cortex-M4F (QEMU)
+# ----------------------------------------------------------------------------- Cortex-M4F and M7 (QEMU)
 
 def qemu_available() -> bool:
     return all(shutil.which(t) for t in ("arm-none-eabi-g++", "arm-none-eabi-gcc", "qemu-system-arm", "make"))
@@ -382,7 +384,8 @@ def qemu_available() -> bool:
 
 def arm_measure(ex: Example, meth: Method, model, work: Path) -> dict:
     """Build the firmware's benchmark mode (MODES=2) around this method's header and run it on
-    QEMU mps2-an386; instruction counts, ELF heap symbols and the worst-case stack."""
+    QEMU mps2-an386 (M4F) and mps2-an500 (M7); instruction counts, the M4F ELF's heap symbols and
+    worst-case stack."""
     from cbfsim import device
     from compiler.api import CompiledSource, compile_model
     from systems import get_system
@@ -410,11 +413,16 @@ def arm_measure(ex: Example, meth: Method, model, work: Path) -> dict:
     config = device.RunConfig(system=ex.system, x0=x0, nominal=ex.nominal, order=ex.order,
                               alpha=(1.0,) if ex.order == 1 else (1.0, 1.0), steps=1, bench_calls=STATES)
     generated = device.generate(compiled, config, gen)
-    elf = device.build("m4", generated, build_dir, modes=2)
-    bench = device.bench_summary(device.parse_log(device.run("m4", elf, timeout=120)))
-    over = bench["overhead"]
-    res = {"median": (bench["median"] - over) * INSTR_PER_TICK, "max": (bench["max"] - over) * INSTR_PER_TICK,
-           "min": (bench["min"] - over) * INSTR_PER_TICK, "heap_symbols": device.heap_symbols(elf)}
+    res: dict = {}
+    for target in ("m7", "m4"):                        # the M4F's numbers at the top level, the M7's under "m7"
+        elf = device.build(target, generated, build_dir, modes=2)
+        bench = device.bench_summary(device.parse_log(device.run(target, elf, timeout=120)))
+        over = bench["overhead"]
+        counts = {k: (bench[k] - over) * INSTR_PER_TICK for k in ("median", "max", "min")}
+        if target == "m4":
+            res.update(counts, heap_symbols=device.heap_symbols(elf))
+        else:
+            res["m7"] = counts
     res["stack"], res["stack_alloc"] = host_stack(build_dir / "m4", "timed_barrier")
     return res
 
@@ -501,7 +509,7 @@ def fmt_int(v) -> str:
 
 def build_table(preps: list, args, elapsed: float, qemu: bool) -> str:
     head = ["Example", "Method", "Host med (ns)", "Host max (ns) [p99]", "Jitter max [p99]", "Ir/call -O2",
-            "Ir/call -O3 native", "M4F instr/call med (max)", "M4F jitter", "Static B", "Heap B/call",
+            "Ir/call -O3 native", "M4F · M7 instr/call med (max)", "M4F · M7 jitter", "Static B", "Heap B/call",
             "Stack B host / M4F", "FLOPs", "Max rel err"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * 2 + "---:|" * (len(head) - 2)]
     for p in preps:
@@ -524,8 +532,10 @@ def build_table(preps: list, args, elapsed: float, qemu: bool) -> str:
             elif isinstance(a, str):
                 arm_cell, arm_jit = f"n/a ({a})", "n/a"
             else:
-                arm_cell = f"{a['median']:,} ({a['max']:,})"
-                arm_jit = f"{(a['max'] - a['median']) / a['median']:.1%}"
+                m7 = a["m7"]
+                arm_cell = f"{a['median']:,} ({a['max']:,}) · {m7['median']:,} ({m7['max']:,})"
+                arm_jit = (f"{(a['max'] - a['median']) / a['median']:.1%} · "
+                           f"{(m7['max'] - m7['median']) / m7['median']:.1%}")
             heap = r["heap_bytes"]
             if mt.heap:
                 heap_cell = f"{heap:,} ({r['heap_allocs']} new[])"
