@@ -117,5 +117,5 @@ def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | No
     """The summary's ``certificate`` entry: what was proven, over how much of the set, in how long."""
     if certificate is None:
         return None
-    keys = ("certified", "certified_coverage", "dt", "margin", "wall_time_s")
+    keys = ("certified", "certified_coverage", "backup_safe_coverage", "dt", "margin", "wall_time_s")
     return {k: certificate.get(k) for k in keys}

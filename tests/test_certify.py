@@ -179,6 +179,21 @@ def test_activation_without_enclosure_is_refused_in_one_line(diamond, monkeypatc
     assert "softplus" in str(err.value) and "\n" not in str(err.value)
 
 
+def test_certificate_quotes_the_share_of_backup_safe_states_the_compiled_verifier_measures():
+    """The issue's bicycle target is a share of the backup-safe states; the certificate's float64
+    estimate agrees with ``cbfsim verify``'s (the compiled float32 header, other seeded states)
+    to within five standard errors of the two samples."""
+    from training.verify import verify
+    models = VDP_CARD.parent
+    cert = certify(models / "bicycle.onnx", models / "bicycle.json", time_limit=0.0)
+    report = verify(models / "bicycle.onnx", models / "bicycle.json", samples=30_000, backup_samples=20_000)
+    p, q = cert.backup_safe_coverage, report.coverage_backup_safe
+    assert p is not None and 0.0 < p < 1.0 and json.loads(cert.to_json())["backup_safe_coverage"] == p
+    n_cert = 0.7 * 20_000 * 0.5          # at least this many backup-safe states behind each estimate
+    se = np.sqrt(p * (1 - p) / n_cert + q * (1 - q) / n_cert)
+    assert abs(p - q) <= 5 * se
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", *args], capture_output=True, text=True,
                           timeout=120)

@@ -120,6 +120,23 @@ def _sampled_coverage(problem: Problem) -> float:
     return float(np.mean(t["level"][inside] >= 0)) if inside.any() else 0.0
 
 
+def _backup_safe_coverage(problem: Problem) -> float | None:
+    """P(certified set | backup-safe) from the seeded states of ``_sampled_coverage`` whose backup
+    rollout (the card's horizon, step and held inputs, as ``cbfsim verify`` labels them) keeps the
+    constraint >= 0; float64 reference.  None without a backup-safe state."""
+    from training.samplers import ConstraintTools, backup_safe
+
+    from .counterexamples import point_terms
+    rng = np.random.default_rng(0)
+    x = rng.uniform(problem.lo, problem.hi, size=(COVERAGE_SAMPLES, problem.n))
+    x = x[problem.system.constraint(x) >= 0]
+    b = problem.backup
+    if b is None or not len(x):
+        return None
+    x = x[backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"])]
+    return float(np.mean(point_terms(problem, x)["level"] >= 0)) if len(x) else None
+
+
 def _claim(problem: Problem, closed: bool, eps: float) -> str:
     s = problem.system
     where = "{h >= 0}" if problem.order == 1 else "{h >= 0, psi1 >= 0}"
@@ -163,4 +180,5 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         undecided=r.undecided_boxes, rounding=f"{r.rounding} (largest bound met: h {r.rounding_max['h']:.3g}, grad h {r.rounding_max['grad']:.3g})", wall_time_s=round(wall, 3),
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
-        model_hash=problem.model_hash, margins_tried=tried, reason=reason)
+        model_hash=problem.model_hash, margins_tried=tried, reason=reason,
+        backup_safe_coverage=_backup_safe_coverage(problem))

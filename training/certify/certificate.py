@@ -46,6 +46,8 @@ class Certificate:
     model_hash: str
     margins_tried: list[dict[str, Any]] = field(default_factory=list)   # every margin tried and its outcome
     reason: str = ""                          # one line: what blocks certification
+    backup_safe_coverage: float | None = None  # estimate: P(x in the certified set | the card's backup
+    #                                            rollout from x keeps the constraint), seeded samples
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -75,6 +77,8 @@ class Certificate:
                      f"({b['evaluated']} evaluated)")
         lines.append(f"  certified coverage {self.certified_coverage:.1%} (sound), "
                      f"{self.sampled_coverage:.1%} (sampled estimate); closed in the domain: {self.closed_in_domain}")
+        if self.backup_safe_coverage is not None:
+            lines.append(f"  backup-safe states in the certified set: {self.backup_safe_coverage:.1%} (sampled estimate)")
         if self.reason:
             lines.append(f"  {self.reason}")
         if len(self.margins_tried) > 1:

@@ -41,6 +41,8 @@ class Problem:
     model_hash: str
     relu_like: bool            # piecewise-linear network (ReLU pieces apply)
     smooth: bool               # every activation twice differentiable (Hessian enclosures exist)
+    backup: dict[str, Any] | None = None   # the card's backup rollout (horizon, dt, hold): which states count
+    #                                        as backup-safe for the coverage the issue quotes
 
     @property
     def n(self) -> int:
@@ -98,7 +100,13 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
                    splittable=used, read_by_network=read,
                    model_hash=hashlib.sha256(path.read_bytes()).hexdigest(),
                    relu_like=kinds <= PIECEWISE_LINEAR,
-                   smooth=all(ACTIVATIONS[k].smooth for k in kinds))
+                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config))
+
+
+def _backup(config: dict[str, Any]) -> dict[str, Any]:
+    """The card's backup rollout, with the defaults ``cbfsim verify`` uses for its backup-safe share."""
+    return {"horizon": float(config.get("backup_horizon", 2.0)), "dt": float(config.get("backup_dt", 0.01)),
+            "hold": [int(i) for i in config.get("backup_hold", [])]}
 
 
 def _plant_uses(system) -> np.ndarray:
