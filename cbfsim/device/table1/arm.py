@@ -30,13 +30,8 @@ def arm_measure(ex: Example, meth: Method, model, work: Path) -> dict:
     plant = system.cpp_source("cbf_config::plant", scalar="float", math_prefix="barrier::detail::m_")
     used = re.search(r"// math functions: (.*)", plant).group(1)
     missing = [fn for fn in re.findall(r"\w+", used) if fn != "none" and f" m_{fn}(" not in header]
-    if missing:
-        # Only the closed loop's nominal controller needs these (bicycle: atan); the benchmark build
-        # (MODES=2) compiles that loop but never runs it, so a trapping stub keeps the build honest.
-        stubs = "\n".join(f"inline float m_{fn}(float) noexcept {{ __builtin_trap(); }}" for fn in missing)
-        header += ("\n// table1 benchmark build only (MODES=2): the plant's nominal controller needs "
-                   f"{', '.join(missing)}, never called here\nnamespace barrier {{ namespace detail {{\n"
-                   f"{stubs}\n}} }}\n")
+    if missing:       # the benchmark evaluates f and G at every state: a missing function is a bug
+        raise ValueError(f"{ex.key}/{meth.key}: the header lacks the plant's math functions {missing}")
     gen.mkdir(parents=True, exist_ok=True)
     if meth.heap:
         shutil.copy(ROOT / "firmware" / "cortex-m" / "newlib_heap.hpp", gen / "newlib_heap.hpp")

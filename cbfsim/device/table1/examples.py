@@ -107,18 +107,20 @@ def make_methods(ex: Example, model) -> list[Method]:
     from compiler.activations import ACTIVATIONS
     from compiler.api import compile_model
     from compiler.emit_reverse import emit_reverse_header, reverse_flops
+    from ..config import RunConfig, plant_math
     widths = model.widths()
     c_sigma = [ACTIVATIONS[a.kind].c_sigma for a in model.hidden_activations()]
     cache_bytes = 4 * sum(widths[1:-1])
     dual_name = "Dual" if ex.order == 1 else "Hyper-dual"
     methods = []
-    src = compile_model(model, inputs=ex.m, order=ex.order, name="barrier")
+    math = plant_math(RunConfig(system=ex.system, order=ex.order, alpha=(1.0,) * ex.order))  # the benchmark's f, G
+    src = compile_model(model, inputs=ex.m, order=ex.order, name="barrier", math=math)
     rep = src.report
     note = f"one sweep; paper (m+1) C_df = {rep.paper_dual_total:,}" if ex.order == 1 else "one sweep (compiler count)"
     methods.append(Method("dual", f"{dual_name} one-sweep", "dual", src.header, rep.workspace_bytes,
                           rep.one_sweep_total, note))
     if has_min_memory():
-        src2 = compile_model(model, inputs=ex.m, order=ex.order, name="barrier", layout="min_memory")
+        src2 = compile_model(model, inputs=ex.m, order=ex.order, name="barrier", layout="min_memory", math=math)
         rep2 = src2.report
         note2 = "(m+1) C_df" if ex.order == 1 else "one direction at a time (compiler count)"
         methods.append(Method("dual_min", f"{dual_name} min-memory", "dual", src2.header, rep2.workspace_bytes,
