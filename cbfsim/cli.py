@@ -91,7 +91,7 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     with output_directory(args.out):
         traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
                         order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
-                                                    "filter_margin": margin}, strict=args.strict)
+                                                    "filter_margin": margin.to_dict()}, strict=args.strict)
         report(findings, strict=False, where="")        # warned once the run stands (errors stay one line)
         traj.save(args.out / "trajectory.npz")
         phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)

@@ -27,6 +27,7 @@ import numpy as np
 
 from compiler.errors import CbfsimError
 
+from .filters.base import check_margin
 from .trajectory import Trajectory
 
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
@@ -137,7 +138,7 @@ def trajectory(loop: CompiledLoop, X0: np.ndarray, steps: int, perturbation: Any
     nan = np.full((B, T), np.nan)
     h = np.concatenate([out["h"].astype(np.float64), np.full((B, 1), np.nan)], axis=1)
     meta = {"engine": "compiled", "system": loop.config.system, "dt_control": loop.config.dt,
-            "margin": loop.config.margin, "library": str(loop.library), **extra}
+            "margin": check_margin(loop.config.margin).to_dict(), "library": str(loop.library), **extra}
     if out["perturbation"] is not None:
         meta["perturbation"] = out["perturbation"]
     return Trajectory(t=np.arange(T + 1) * float(np.float32(loop.config.dt)), x=out["x"].astype(np.float64),

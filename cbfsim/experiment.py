@@ -179,7 +179,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
                    "coverage": report.coverage_safe_set, "coverage_h_nonnegative": report.coverage,
                    "states": report.n_states, "method": report.method},
         "certificate": certificate_entry(certificate),
-        "filter_margin": margin,         # eps of the rows a + b.u >= eps (the certificate's, when certified)
+        "filter_margin": margin.eps,     # eps of the rows a + b.u >= eps (the certificate's, when certified)
+        "filter_margin_scale": margin.scale,   # [bias, w]: the rows get eps (bias + w.x); None: constant
         "preflight": preflight,
         "header_workspace_bytes": lib.workspace_bytes,
         "timing_s": {k: v for k, v in filtered.metadata["timing"].items() if k.endswith("_s")},

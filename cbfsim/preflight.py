@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from compiler.errors import CbfsimError
+from training.margin import Margin, margin_from
 
 
 class UnsafeRunError(CbfsimError, ValueError):
@@ -108,14 +109,17 @@ def load_certificate(card_path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def certified_margin(certificate: dict[str, Any] | None) -> float:
-    """The filter margin a certificate asks for (0 when there is no certificate or it failed)."""
-    return float(certificate.get("margin") or 0.0) if certificate and certificate.get("certified") else 0.0
+def certified_margin(certificate: dict[str, Any] | None) -> Margin:
+    """The filter margin a certificate asks for (0 when there is no certificate or it failed),
+    with its state scale when it has one (training/margin.py)."""
+    if not (certificate and certificate.get("certified")):
+        return Margin()
+    return margin_from(float(certificate.get("margin") or 0.0), certificate.get("margin_scale"))
 
 
 def certificate_entry(certificate: dict[str, Any] | None) -> dict[str, Any] | None:
     """The summary's ``certificate`` entry: what was proven, over how much of the set, in how long."""
     if certificate is None:
         return None
-    keys = ("certified", "certified_coverage", "backup_safe_coverage", "dt", "margin", "wall_time_s")
+    keys = ("certified", "certified_coverage", "backup_safe_coverage", "dt", "margin", "margin_scale", "wall_time_s")
     return {k: certificate.get(k) for k in keys}

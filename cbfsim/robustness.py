@@ -62,7 +62,7 @@ def run_study(study: Study, runs: int, t_final: float, seed: int = 0) -> list[di
                          extra))
     rows = []
     for kind, level, pert, extra in settings:
-        for name, eps in (("nominal", margin), ("robust", margin + extra)):
+        for name, eps in (("nominal", margin), ("robust", margin.plus(extra))):
             if name == "robust" and kind == "mismatch":
                 continue                        # the disturbance margin needs a known bound
             filt = _filters(card, system, card.order, eps)[0]
@@ -70,7 +70,7 @@ def run_study(study: Study, runs: int, t_final: float, seed: int = 0) -> list[di
                                   spec.dt_int, perturbation=pert)
             c = system.constraint(traj.x.reshape(-1, n)).reshape(runs, -1)
             k = int(np.sum(c.min(axis=1) < 0.0))
-            rows.append({"model": spec.name, "kind": kind, "level": float(level), "filter": name, "margin": eps,
+            rows.append({"model": spec.name, "kind": kind, "level": float(level), "filter": name, "margin": eps.eps, "margin_scale": eps.scale,
                          "runs": runs, "violations": k, "probability": k / runs,
                          "ci95": clopper_pearson(k, runs), "min_constraint": float(c.min()),
                          "slack_steps": int(np.sum(traj.slack > 1e-9))})

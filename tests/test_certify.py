@@ -234,10 +234,13 @@ def test_a_dimension_only_the_plant_reads_is_split_even_when_the_network_gradien
     assert split_dimension(width, np.where(read, grad, 0.0), split, span)[0] == 1
 
 
-def _admissible_extremes(seq, x, eps):
+def _admissible_extremes(seq, x, eps, scale=None):
     """The inputs the filter may return at x that push h down hardest: the box end against
-    L_G h, moved back until the row a.u + b reaches eps (float64 torch reference)."""
+    L_G h, moved back until the row a.u + b reaches eps (times bias + w.x with a state
+    ``scale`` [bias, w1, w2]) (float64 torch reference)."""
     h, lf, lg = _torch_terms(seq, x)
+    if scale is not None:
+        eps = eps * (scale[0] + x @ np.asarray(scale[1:]))
     worst = np.where(lg > 0, -U_MAX, U_MAX)
     row = lf + lg * worst + GAMMA * h
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -245,16 +248,23 @@ def _admissible_extremes(seq, x, eps):
     return np.clip(back, -U_MAX, U_MAX), h
 
 
+@pytest.mark.parametrize("scale", [None, [1.0, 0.3, 0.0]], ids=["constant_margin", "state_scaled_margin"])
 @pytest.mark.parametrize("route", ["level_drop", "taylor_level"])
-def test_boxes_the_level_routes_prove_keep_h_nonnegative_over_the_period_for_every_admissible_input(diamond, monkeypatch, route):
+def test_boxes_the_level_routes_prove_keep_h_nonnegative_over_the_period_for_every_admissible_input(
+        diamond, monkeypatch, route, scale):
     """Soundness of the sampled-data routes on their own: boxes on the boundary of C that the
     route proves (the others disabled) are rolled out from many states and the hardest
     admissible inputs in scipy; h must stay >= 0.  The route must prove boxes the rate route
-    alone cannot, or the check would say nothing about it."""
+    alone cannot, or the check would say nothing about it.  With a state-scaled margin
+    (training/margin.py: the filter enforces eps (1 + 0.3 x1), 0.1 eps to 1.9 eps here) the
+    hardest inputs are those of the margin at each start state."""
     from compiler.interval import Interval
     from training.certify import conditions, problem as problem_module
+    from training.margin import margin_from
     seq, onnx, card = diamond
     p = problem_module.load_problem(onnx, card, dt=0.02)
+    if scale is not None:
+        p.margin = margin_from(0.0, scale)
     rng = np.random.default_rng(7)
     x = rng.uniform(-3, 3, size=(40_000, 2))
     h, _, _ = _torch_terms(seq, x)
@@ -274,7 +284,62 @@ def test_boxes_the_level_routes_prove_keep_h_nonnegative_over_the_period_for_eve
     worst = np.inf
     for i in gained[:40]:
         starts = rng.uniform(box.lo[i], box.hi[i], size=(30, 2))
-        u, h0 = _admissible_extremes(seq, starts, eps)
+        u, h0 = _admissible_extremes(seq, starts, eps, scale)
         for x0, ui in zip(starts[h0 >= 0], u[h0 >= 0]):
             worst = min(worst, _rollout_min_h(seq, x0, ui, p.dt))
     assert worst >= -1e-9, f"{route} proved a box whose run drops h to {worst}"
+
+
+def test_a_state_scaled_margin_counts_its_least_value_for_the_period_and_its_largest_for_feasibility(diamond):
+    """The filter enforces eps sigma(x) (training/margin.py): over a box the sampled-data
+    routes may rely only on the smallest value, feasibility must meet the largest.  Each box's
+    scores equal the constant-margin scores at those two values."""
+    from compiler.interval import Interval
+    from training.certify import conditions, problem as problem_module
+    from training.margin import Margin, margin_from
+    seq, onnx, card = diamond
+    p = problem_module.load_problem(onnx, card, dt=0.02)
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-3, 3, size=(40_000, 2))
+    h, _, _ = _torch_terms(seq, x)
+    centres = x[np.abs(h) < 0.05][:12]
+    eps, half = SHARP_MARGIN, 0.05
+    differ = 0
+    for c in centres:
+        box = Interval(c[None] - half, c[None] + half)
+        p.margin = margin_from(0.0, [1.0, 0.3, 0.0])
+        scaled = conditions.evaluate(p, box, eps).scores
+        low, high = (eps * (1.0 + 0.3 * (c[0] + s * half)) for s in (-1, 1))
+        p.margin = Margin()
+        at_low = conditions.evaluate(p, box, low).scores
+        at_high = conditions.evaluate(p, box, high).scores
+        assert scaled["sampled_data"][0] == pytest.approx(at_low["sampled_data"][0], rel=1e-6, abs=1e-6)
+        assert scaled["feasibility"][0] == pytest.approx(at_high["feasibility"][0], rel=1e-6, abs=1e-6)
+        differ += at_low["sampled_data"][0] != pytest.approx(at_high["sampled_data"][0], rel=1e-3)
+    assert differ >= 3, "the two margins give the same scores: the test would not see a swap"
+
+
+def test_margin_scale_bounds_hold_every_float32_evaluation_and_a_negative_scale_is_refused():
+    """The box bounds of eps (bias + w.x) contain the margin the firmware computes in float32
+    (and the float64 one) at sampled states; a scale negative on the domain is one line."""
+    from training.margin import MarginError, margin_from
+    m = margin_from(0.37, [0.25, 0.0, -0.5, 0.1, 0.7])
+    rng = np.random.default_rng(0)
+    lo = rng.uniform(-20, 5, size=(200, 4))
+    hi = lo + rng.uniform(0, 10, size=(200, 4))
+    blo, bhi = m.bounds(lo, hi)
+    x = lo[:, None] + (hi - lo)[:, None] * rng.uniform(size=(200, 50, 4))
+    f32 = np.float32
+    sigma = np.full(x.shape[:2], f32(0.25), dtype=np.float32)
+    for i, w in enumerate(m.weights):
+        if w:
+            sigma = (sigma + f32(w) * x[..., i].astype(np.float32)).astype(np.float32)
+    device = (f32(0.37) * sigma).astype(np.float64)
+    exact = 0.37 * (0.25 + x @ np.asarray(m.weights))
+    for value in (device, exact):
+        inside = value >= 0
+        assert np.all((value >= blo[:, None]) | ~inside) and np.all(value <= bhi[:, None])
+    with pytest.raises(MarginError, match="falls to .* < 0 on the domain"):
+        margin_from(1.0, [0.0, 1.0]).check_domain(1, [-1.0], [1.0])
+    with pytest.raises(MarginError, match="1 \\+ 2 numbers"):
+        margin_from(1.0, [0.0, 1.0]).check_domain(2, [0, 0], [1, 1])

@@ -87,6 +87,9 @@ class TrainConfig:
     certify_train_rounds: int = 3       # sampled rounds after each uncertified call
     certify_time_limit: float = 120.0   # [s] per certifier call
     dt_control: float = 0.0             # [s] control period certified (zero-order hold); 0: continuous
+    # the filter margin's state scale [bias, w_1..w_n]: the certified filter enforces
+    # a + b.u >= eps (bias + w.x) (training/margin.py); None: a constant eps
+    margin_scale: list[float] | None = None
     # torch intra-op threads.  1 by default: for these small batches a second thread buys
     # nothing on an idle 2-core machine and, measured here with other jobs running, made each
     # training step 20-50x slower (the OpenMP workers spin waiting for a busy core).
@@ -192,6 +195,14 @@ def validate(cfg: TrainConfig, system) -> None:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
     for name, size in (("u_min", m), ("u_max", m), ("domain_lo", n), ("domain_hi", n)):
         _vector(cfg, name, size)
+    if cfg.margin_scale is not None:
+        from .margin import MarginError, margin_from
+        try:
+            margin_from(1.0, cfg.margin_scale).check_domain(
+                n, cfg.domain_lo if cfg.domain_lo is not None else system.domain[0],
+                cfg.domain_hi if cfg.domain_hi is not None else system.domain[1])
+        except MarginError as e:
+            raise ConfigError(str(e)) from None
     lo = cfg.domain_lo if cfg.domain_lo is not None else system.domain[0]
     hi = cfg.domain_hi if cfg.domain_hi is not None else system.domain[1]
     if not np.all(np.asarray(lo) < np.asarray(hi)):

@@ -57,13 +57,14 @@ def make_filter(spec: Spec, setting_index: int) -> Any:
     when ``robust``), the ISSf term if asked."""
     from ..classk import Linear
     from ..filters import CBFQP, CBFProjection, HOCBFQP
+    from training.margin import margin_from
     from ..perturb import disturbance_margin
     loop = _loop(str(spec.card))
     card, system = loop["card"], loop["system"]
-    eps = loop["certified_margin"] if spec.margin == "certified" else float(spec.margin)
+    eps = loop["certified_margin"] if spec.margin == "certified" else margin_from(spec.margin)
     pert = spec.settings[setting_index].perturbation
     if spec.robust and pert.disturbance != "none":
-        eps += disturbance_margin(loop["onnx"], card.domain_lo, card.domain_hi, pert.disturbance_bound)
+        eps = eps.plus(disturbance_margin(loop["onnx"], card.domain_lo, card.domain_hi, pert.disturbance_bound))
     g = card.gains
     if card.order == 2:
         return HOCBFQP(system, Linear(g["alpha1"]), Linear(g["alpha2"]), solver="projection", margin=eps)

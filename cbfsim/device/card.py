@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..filters.base import check_margin
 from ..preflight import certified_margin, load_certificate
 from .config import RunConfig, check_against_plant
 from .errors import DeviceConfigError
@@ -74,7 +75,7 @@ class CardRun:
         cert = self.certificate
         return bool(cert and cert.get("certified") and cert.get("dt") is not None
                     and np.float32(cert["dt"]) == np.float32(self.config.dt)
-                    and float(cert.get("margin") or 0.0) == self.config.margin)
+                    and certified_margin(cert) == check_margin(self.config.margin))
 
 
 def card_path_of(model: str | os.PathLike) -> Path:

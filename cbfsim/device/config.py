@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from training.margin import Margin
+
 from ..filters.base import check_margin
 from ..filters.fallback import Fallback
 from .errors import DeviceConfigError
@@ -35,7 +37,7 @@ class RunConfig:
     bench_calls: int = 1000
     seed: int = 0x2545F491
     params: dict[str, float] = field(default_factory=dict)
-    margin: float = 0.0
+    margin: float | Margin = 0.0
     fallback: Fallback = Fallback()
     domain: tuple[tuple[float, ...], tuple[float, ...]] | None = None
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ..filters.base import check_margin
 from .config import Generated, RunConfig, compiled_source, f32
 from .protocol import STATUS_NAMES, DeviceLog
 
@@ -97,11 +98,13 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
     # the device's float32 box, margin and safe input; the plant's controllers for a backup
     fallback = replace(config.fallback, u_safe=tuple(f32(v) for v in config.fallback.safe_input(*bounds)))
     plant = SimpleNamespace(u_min=bounds[0], u_max=bounds[1], nominal=system.nominal)
+    margin = check_margin(config.margin)
+    margin = margin.with_eps(f32(margin.eps))
     if config.order == 1:
-        filt = CBFProjection(plant, Linear(a1), slack_penalty=np.inf, margin=f32(config.margin), fallback=fallback)
+        filt = CBFProjection(plant, Linear(a1), slack_penalty=np.inf, margin=margin, fallback=fallback)
     else:
         filt = HOCBFQP(plant, Linear(a1), Linear(a2), solver="projection", slack_penalty=np.inf,
-                       margin=f32(config.margin), fallback=fallback)
+                       margin=margin, fallback=fallback)
     dt = f32(config.dt)
     traj = simulate(system, ReferenceBarrier(compiled.model, system.m, config.order), filt, config.nominal,
                     np.array([f32(v) for v in config.x0]), t_final=config.steps * dt, dt_control=dt,

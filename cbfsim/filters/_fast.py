@@ -204,7 +204,7 @@ def cbf_row_one(terms: Any, alpha: Any) -> tuple[float, float] | None:
     return Lf.item() + alpha.gain * h.item(), Lg.item()
 
 
-def filter_single(filt: Any, u_nom: np.ndarray, terms: Any) -> FilterResult | None:
+def filter_single(filt: Any, x: np.ndarray, u_nom: np.ndarray, terms: Any) -> FilterResult | None:
     """``RowFilter.filter`` before its fault policy, for u_nom (1, 1); None: use the general path."""
     if not fast_paths_enabled():
         return None
@@ -217,4 +217,5 @@ def filter_single(filt: Any, u_nom: np.ndarray, terms: Any) -> FilterResult | No
         if a.shape != (1, 1) or b.shape != (1, 1, 1):
             return None
         row = a.item(), b.item()
-    return twin(filt.solver, row[0] - filt.margin, row[1], u_nom.item())
+    margin = filt.margin_at(x)
+    return twin(filt.solver, row[0] - (margin if type(margin) is float else margin.item()), row[1], u_nom.item())

@@ -16,6 +16,8 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from training.margin import Margin, margin_from
+
 from ..barriers import LieTerms, LieTerms2, ShapeError, as_batch, check_shape
 from ..classk import ClassK
 
@@ -155,12 +157,9 @@ def set_fast_paths(enabled: bool) -> bool:
     return previous
 
 
-def check_margin(margin: float) -> float:
-    """The row margin eps: finite and >= 0."""
-    eps = float(margin)
-    if not (eps >= 0 and math.isfinite(eps)):
-        raise ValueError(f"margin must be a finite number >= 0, got {margin!r}")
-    return eps
+def check_margin(margin: float | Margin) -> Margin:
+    """The row margin: a float eps (finite, >= 0) or a state-scaled ``training.margin.Margin``."""
+    return margin_from(margin)
 
 
 def normalise_rows(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -6,6 +6,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from training.margin import Margin
+
 from ..barriers import LieTerms
 from ..classk import ClassK, Linear
 from .base import DEFAULT_SLACK_TOL, cbf_rows, input_bounds, stack_rows, term_list
@@ -25,7 +27,7 @@ class CBFQP(RowFilter):
 
     def __init__(self, system_or_bounds: Any, alpha: ClassK | Sequence[ClassK] = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, slack_tol: float = DEFAULT_SLACK_TOL,
-                 margin: float = 0.0, fallback: Fallback | None = None, issf: float | None = None,
+                 margin: float | Margin = 0.0, fallback: Fallback | None = None, issf: float | None = None,
                  **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.n_barriers = int(n_barriers)
@@ -47,7 +49,7 @@ class CBFProjection(RowFilter):
     n_barriers = 1
 
     def __init__(self, system_or_bounds: Any, alpha: ClassK = Linear(1.0), slack_penalty: float = 1e6,
-                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float = 0.0, fallback: Fallback | None = None,
+                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float | Margin = 0.0, fallback: Fallback | None = None,
                  issf: float | None = None):
         lo, hi = input_bounds(system_or_bounds)
         self.alpha = alpha

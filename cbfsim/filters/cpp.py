@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from training.margin import Margin
+
 from .base import FilterStatus, check_margin
 from .fallback import Fallback, FallbackKind
 
@@ -50,10 +52,11 @@ def _float_literal(value: float) -> str:
     return float.hex(float(np.float32(value))) + "f"
 
 
-def config_lines(margin: float, fallback: Fallback, system: Any) -> str:
+def config_lines(margin: float | Margin, fallback: Fallback, system: Any) -> str:
     """The filter's constants for cbf_config.hpp (namespace cbf_config, after ``plant``):
-    kMargin, kFallbackKind, kSafeInput[m] and fallback_controller(x, u)."""
-    eps = check_margin(margin)
+    kMargin, margin_at(x), kFallbackKind, kSafeInput[m] and fallback_controller(x, u)."""
+    margin = check_margin(margin)
+    eps = margin.eps
     u_safe = fallback.safe_input(np.asarray(system.u_min, dtype=np.float64), np.asarray(system.u_max, dtype=np.float64))
     if fallback.kind == "controller":
         system.nominal(fallback.controller)      # names a controller of this plant (KeyError otherwise)
@@ -63,6 +66,7 @@ def config_lines(margin: float, fallback: Fallback, system: Any) -> str:
     values = ", ".join(_float_literal(v) for v in u_safe)
     return f"""// The filter: row margin eps (a + b.u >= eps) and the fault policy (see cbfsim/filters/fallback.py).
 inline constexpr float kMargin = {_float_literal(eps)};
+{_margin_function(margin)}
 inline constexpr int kFallbackKind = ::cbf_filter::{cpp_name(fallback.code)};
 inline constexpr float kSafeInput[{len(u_safe)}] = {{{values}}};
 // The backup controller (used when kFallbackKind is kController; clipped and checked by the app).
@@ -70,6 +74,17 @@ inline void fallback_controller(const float* x, float* u) noexcept {{
     {body}
 }}
 """
+
+
+def _margin_function(margin: Margin) -> str:
+    """margin_at(x): kMargin, or kMargin * (bias + w . x) summed in state order in float32
+    (training/margin.py; the certifier's bound holds this float32 evaluation)."""
+    if margin.constant:
+        return "inline float margin_at(const float* x) noexcept { (void)x; return kMargin; }"
+    terms = " + ".join([_float_literal(margin.bias)] + [f"{_float_literal(w)} * x[{i}]"
+                                                        for i, w in enumerate(margin.weights) if w != 0.0])
+    return ("// the margin scaled with the state (training/margin.py): eps * (bias + w . x)\n"
+            f"inline float margin_at(const float* x) noexcept {{ return kMargin * ({terms}); }}")
 
 
 def main(argv: list[str] | None = None) -> int:

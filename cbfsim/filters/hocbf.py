@@ -16,6 +16,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from training.margin import Margin
+
 from ..barriers import LieTerms2
 from ..classk import ClassK, Linear
 from .base import DEFAULT_SLACK_TOL, RowSolver, input_bounds, stack_rows, term_list
@@ -45,7 +47,7 @@ class HOCBFQP(RowFilter):
 
     def __init__(self, system_or_bounds: Any, alpha1: ClassK = Linear(1.0), alpha2: ClassK = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, solver: str = "osqp",
-                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float = 0.0, fallback: Fallback | None = None,
+                 slack_tol: float = DEFAULT_SLACK_TOL, margin: float | Margin = 0.0, fallback: Fallback | None = None,
                  **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.alpha1, self.alpha2 = alpha1, alpha2

@@ -6,7 +6,8 @@ filter enforce  a_i + b_i.u >= eps  on every row. The sampled-data certifier nee
 row is enforced at the sampling instants only, and eps pays for how much the condition can
 degrade until the next sample (training/certify/ proves safety only for eps > 0 chosen
 from its bounds). It is applied as  a_i - eps  before normalisation, so slack and status
-refer to the row with its margin.
+refer to the row with its margin. A ``training.margin.Margin`` scales it with the state,
+a_i - eps sigma(x) (sigma affine, >= 0 on the domain: see training/margin.py for why).
 
 ``issf`` (epsilon > 0; order-1 filters) adds the input-to-state-safe term of Kolathaya and
 Ames (IEEE L-CSS 2019): the filter enforces  a_i + b_i.u >= eps + ||b_i||^2 / issf,  i.e.
@@ -22,6 +23,8 @@ from typing import Any
 import numpy as np
 
 from . import _fast
+from training.margin import Margin
+
 from .base import FilterResult, RowSolver, check_margin, nominal_batch
 from .fallback import Fallback, FaultPolicy
 
@@ -31,7 +34,7 @@ class RowFilter:
 
     order: int
 
-    def __init__(self, system_or_bounds: Any, solver: RowSolver, margin: float = 0.0,
+    def __init__(self, system_or_bounds: Any, solver: RowSolver, margin: float | Margin = 0.0,
                  fallback: Fallback | None = None, issf: float | None = None):
         self.solver = solver
         self.m = solver.m
@@ -41,6 +44,12 @@ class RowFilter:
         self.issf = None if issf is None else float(issf)
         system = system_or_bounds if hasattr(system_or_bounds, "nominal") else None
         self.faults = FaultPolicy(fallback or Fallback(), solver.u_min, solver.u_max, system)
+
+    def margin_at(self, x: np.ndarray) -> float | np.ndarray:
+        """eps (constant margin) or eps sigma(x) as a (B, 1) column for the rows."""
+        if self.margin.constant:
+            return self.margin.eps
+        return np.asarray(self.margin.at(np.atleast_2d(x)))[:, None]
 
     def rows(self, terms: Any, u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The rows (a (B, k), b (B, k, m)) of the filter condition, before the margin."""
@@ -54,10 +63,10 @@ class RowFilter:
     def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: Any) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
         single = u_nom.shape == (1, 1) and self.issf is None
-        result = _fast.filter_single(self, u_nom, terms) if single else None
+        result = _fast.filter_single(self, x, u_nom, terms) if single else None
         if result is None:
             a, b = self.rows(terms, u_nom)
-            a = a - self.margin
+            a = a - self.margin_at(x)
             if self.issf is not None:
                 a = a - np.einsum("bkm,bkm->bk", b, b) / self.issf
             result = self.solver.solve(a, b, u_nom)

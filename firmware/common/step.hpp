@@ -76,7 +76,7 @@ inline void fallback_input(const float* x, const float* last_safe, float* u) noe
     for (int j = 0; j < M; ++j) u[j] = finite ? cbf_filter::clip(u[j], plant::kUMin[j], plant::kUMax[j]) : cfg::kSafeInput[j];
 }
 
-// One control step: nominal input, barrier, filter (row with margin kMargin), fault policy.
+// One control step: nominal input, barrier, filter (row with margin margin_at(x)), fault policy.
 // last_safe holds the input of the last kOk step. Returns the filter status.
 inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
     float terms[kTerms], b[M];
@@ -84,7 +84,7 @@ inline int control(const float* x, float* u_nom, float* u, float& h, float* last
     const int err = barrier_terms(x, terms);
     h = terms[0];
     const float a = cbf_row(terms, b);
-    int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::kMargin, u);
+    int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::margin_at(x), u);
     if (err != 0) status = cbf_filter::kFallback;   // (the barrier's outputs are NaN then anyway)
     if (status == cbf_filter::kFallback) {
         fallback_input(x, last_safe, u);

@@ -15,7 +15,7 @@ from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
 from .problem import CertifyError, Problem, load_problem
 
-MARGINS = (1e-3, 1e-2, 3e-2, 5e-2, 0.1, 0.3, 1.0, 3.0)   # eps = 0 never absorbs the float32 rounding; the row
+MARGINS = (1e-3, 1e-2, 3e-2, 5e-2, 0.1, 0.2, 0.3, 1.0, 3.0)   # eps = 0 never absorbs the float32 rounding; the row
 # is in the units of d/dt psi1 + alpha2 psi1 (order 2: the pendulum needs 1 at alpha2 = 40)
 GROWTH = 8                             # box budget of a smaller margin: GROWTH x the last certified one
 COVERAGE_SAMPLES = 20_000
@@ -143,7 +143,7 @@ def _claim(problem: Problem, closed: bool, eps: float) -> str:
     period = f"held for {problem.dt:g} s (zero-order hold)" if problem.dt > 0 else "applied continuously"
     text = (f"For every sampled state x_k in C = {where} inside the domain D and every input u in "
             f"{' x '.join(f'[{a:g}, {b:g}]' for a, b in zip(problem.u_lo, problem.u_hi))} that the filter may return there "
-            f"(its float32 constraint row a.u + b >= {eps:g}), {period}, the state stays in C, hence in the "
+            f"(its float32 constraint row a.u + b >= {_margin_text(problem, eps)}), {period}, the state stays in C, hence in the "
             f"constraint set of {s.name}, over the whole period; by induction it stays safe while the sampled "
             f"states stay in D.")
     if closed:
@@ -151,6 +151,15 @@ def _claim(problem: Problem, closed: bool, eps: float) -> str:
     else:
         text += " C is not proven closed inside D: the claim holds while the states stay in D."
     return text
+
+
+def _margin_text(problem: Problem, eps: float) -> str:
+    scale = problem.margin.scale
+    if scale is None:
+        return f"{eps:g}"
+    names = problem.system.state_names
+    terms = ([f"{scale[0]:g}"] if scale[0] else []) + [f"{w:g} {names[i]}" for i, w in enumerate(scale[1:]) if w]
+    return f"{eps:g} ({' + '.join(terms)})"
 
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: float) -> Certificate:
@@ -181,4 +190,4 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
         model_hash=problem.model_hash, margins_tried=tried, reason=reason,
-        backup_safe_coverage=_backup_safe_coverage(problem))
+        backup_safe_coverage=_backup_safe_coverage(problem), margin_scale=problem.margin.scale)

@@ -48,6 +48,8 @@ class Certificate:
     reason: str = ""                          # one line: what blocks certification
     backup_safe_coverage: float | None = None  # estimate: P(x in the certified set | the card's backup
     #                                            rollout from x keeps the constraint), seeded samples
+    margin_scale: list[float] | None = None   # [bias, w_1..w_n]: the filter enforces margin * (bias + w.x)
+    #                                           (training/margin.py); None: the constant margin
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -65,7 +67,8 @@ class Certificate:
     def summary(self) -> str:
         """A few lines for a terminal."""
         state = "CERTIFIED" if self.certified else "NOT CERTIFIED"
-        lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, filter margin {self.margin:g}"]
+        scaled = "" if self.margin_scale is None else f" x ({_affine(self.margin_scale)})"
+        lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, filter margin {self.margin:g}{scaled}"]
         for name, res in self.conditions.items():
             ce = f", {len(res.counterexamples)} counterexample(s)" if res.counterexamples else ""
             lines.append(f"  {name:<12} {'proven' if res.proven else 'not proven'}{ce}")
@@ -88,6 +91,12 @@ class Certificate:
             lines.append(f"  margins tried: {tries}")
         lines.append(f"  wall time {self.wall_time_s:.1f} s")
         return "\n".join(lines)
+
+
+def _affine(scale: list[float]) -> str:
+    terms = [f"{scale[0]:g}"] if scale[0] else []
+    terms += [f"{w:g} x{i}" for i, w in enumerate(scale[1:]) if w]
+    return " + ".join(terms) or "0"
 
 
 def _fmt(v: list[float]) -> str:

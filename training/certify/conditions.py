@@ -60,8 +60,11 @@ def _set_bounds(t: Terms, order: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
-    """Lower bounds of the three conditions on every box of ``box`` (B, n)."""
+    """Lower bounds of the three conditions on every box of ``box`` (B, n) for the filter margin
+    eps * sigma(x) (``Problem.margin``): feasibility needs its largest value over the box, the
+    sampled-data routes may count only on its smallest."""
     order = problem.order
+    eps_lo, eps_hi = problem.margin.with_eps(eps).bounds(box.lo, box.hi)
     plant = plant_terms(problem.plant, box, order)
     t32 = lie_terms(problem.model, plant, box, order, problem.gains, float32=True)
     meets, inside = _set_bounds(t32, order)
@@ -74,23 +77,25 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
 
     a32, b32 = constraint_row(t32, problem)
     phi = b32 + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
-    feas = np.where(meets, phi.lo - eps, inf)
+    feas = np.where(meets, phi.lo - eps_hi, inf)
 
-    samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets, eps)
+    samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets, eps_lo)
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
 
 def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32: Interval, b32: Interval,
-             meets: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
-    """Lower bound of min over admissible u and the tube of a . u + b (+inf where not needed)."""
+             meets: np.ndarray, eps_lo: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower bound of min over admissible u and the tube of a . u + b (+inf where not needed);
+    ``eps_lo`` (B,): the least margin the filter enforces on each box."""
     batch = box.shape[0]
     score = np.full(batch, np.inf)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (batch, 1))
     idx = np.flatnonzero(meets)
     if len(idx) == 0:
         return score, worst_u
+    eps = eps_lo[idx]
     sub = box[idx]
     reach = tube(problem.plant, sub, problem.u_lo, problem.u_hi, problem.dt)
     R = Interval(np.where(reach.ok[:, None], reach.R.lo, sub.lo), np.where(reach.ok[:, None], reach.R.hi, sub.hi))
@@ -106,7 +111,7 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     return score, worst_u
 
 
-def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: float) -> np.ndarray:
+def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray) -> np.ndarray:
     """The level-drop bound (``sampled.level_drop``) for the boxes ``idx`` and their tubes' terms."""
     g = problem.gains
     if problem.order == 1:
@@ -118,7 +123,7 @@ def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps:
     return level_drop(*parts32, q64, a64, gain, eps, problem.dt, problem.u_lo, problem.u_hi)
 
 
-def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarray, eps: float):
+def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarray, eps: np.ndarray):
     """Lower bound of a(x) . u + b(x) over the tube and the admissible inputs (module sampled)."""
     stays = (t64.h.lo > 0) if problem.order == 1 else (t64.h.lo > 0) & (t64.psi1.lo > 0)
     a, b = constraint_row(t64, problem)
@@ -127,7 +132,7 @@ def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarra
 
 
 def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, t32: Terms, plant_box: PlantTerms,
-                    idx: np.ndarray, eps: float):
+                    idx: np.ndarray, eps: np.ndarray):
     """Smooth order 1, two routes with the second time derivative over the tube (Hessian from
     order-2 jets); the better bound of the two counts:
     * rate: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u

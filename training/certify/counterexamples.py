@@ -56,6 +56,7 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
     sup = np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
     phi = t["b"] + sup
+    eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
     feas = np.where(in_set & (phi < eps), phi - eps, np.nan)
     return {"containment": cont, "feasibility": feas}
 
@@ -89,6 +90,7 @@ def sampled_candidates(problem: Problem, x: np.ndarray, worst_u: np.ndarray, eps
     a, b = t["a"][keep], t["b"][keep]
     if len(x) == 0 or problem.dt == 0:
         return []
+    eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
     inputs = [np.clip(worst_u, problem.u_lo, problem.u_hi)]
     inputs += list(_vertices(a, eps + INSIDE - b, problem.u_lo, problem.u_hi))   # just inside the half-space
     found = []

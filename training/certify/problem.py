@@ -18,6 +18,7 @@ import numpy as np
 import sympy as sp
 
 from compiler.errors import CbfsimError
+from training.margin import Margin, MarginError, card_scale, margin_from
 
 
 class CertifyError(CbfsimError, ValueError):
@@ -43,6 +44,7 @@ class Problem:
     smooth: bool               # every activation twice differentiable (Hessian enclosures exist)
     backup: dict[str, Any] | None = None   # the card's backup rollout (horizon, dt, hold): which states count
     #                                        as backup-safe for the coverage the issue quotes
+    margin: Margin = Margin()  # the filter margin's state scale (eps is the search's; see training/margin.py)
 
     @property
     def n(self) -> int:
@@ -91,6 +93,11 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
         dt = float(card.config.get("dt_control", 0.0) or 0.0)
     if not (np.isfinite(dt) and dt >= 0):
         raise CertifyError(f"--dt must be a finite number >= 0, got {dt}")
+    try:
+        margin = margin_from(0.0, card_scale(card.config))
+        margin.check_domain(system.n, card.domain_lo, card.domain_hi)
+    except MarginError as e:
+        raise CertifyError(f"card config: {e}") from None
     first = model.dense_layers()[0].weight
     read = np.any(first != 0.0, axis=0)
     used = read | _plant_uses(system)
@@ -100,7 +107,7 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
                    splittable=used, read_by_network=read,
                    model_hash=hashlib.sha256(path.read_bytes()).hexdigest(),
                    relu_like=kinds <= PIECEWISE_LINEAR,
-                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config))
+                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config), margin=margin)
 
 
 def _backup(config: dict[str, Any]) -> dict[str, Any]:

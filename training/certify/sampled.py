@@ -63,7 +63,7 @@ class WorstInput:
     u: np.ndarray          # (B, m) the minimising vertex (a counterexample candidate)
 
 
-def min_over_admissible(adm_a: Interval, adm_b_hi: np.ndarray, eps: float, obj_a: Interval,
+def min_over_admissible(adm_a: Interval, adm_b_hi: np.ndarray, eps: float | np.ndarray, obj_a: Interval,
                         obj_b_lo: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> WorstInput:
     """Lower bound of min { a.u + b : a in obj_a, b >= obj_b_lo, u in U,
     sup_{a~ in adm_a} a~.u + adm_b_hi >= eps } per box (see the module docstring)."""
@@ -134,12 +134,12 @@ def tube(plant, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> 
 FILTER_ROUNDING = 2.0 ** -20   # the filter's float32 row and projection: 16 ulps of the magnitudes
 
 
-def _row_rounding(level32: Interval, q32: Interval, a32: Interval, gain: float, eps: float,
+def _row_rounding(level32: Interval, q32: Interval, a32: Interval, gain: float, eps: float | np.ndarray,
                   u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
     """tau: how far below eps the filter's float32 row at its returned input may be."""
     mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
     size = mag(q32) + gain * mag(level32) + (mag(a32) * np.maximum(np.abs(u_lo), np.abs(u_hi))).sum(-1)
-    return FILTER_ROUNDING * (size + abs(eps))
+    return FILTER_ROUNDING * (size + np.abs(eps))
 
 
 def _finish(credit: np.ndarray, rate: np.ndarray, parts: np.ndarray) -> np.ndarray:
@@ -153,7 +153,7 @@ def _finish(credit: np.ndarray, rate: np.ndarray, parts: np.ndarray) -> np.ndarr
 
 
 def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a64: Interval, gain: float,
-               eps: float, T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+               eps: float | np.ndarray, T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
     """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of l(x(t)) / T
     (see the module docstring; >= 0 proves the level stays >= 0 over the period)."""
     batch, m = a32.shape
@@ -163,11 +163,11 @@ def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a
         drift = np.maximum(drift, ((q32 + (a32 * u).sum(-1)) - (q64 + (a64 * u).sum(-1))).hi)
     tau = _row_rounding(level32, q32, a32, gain, eps, u_lo, u_hi)
     rate = eps - tau - drift - gain * level32.hi
-    return _finish(np.maximum(level32.lo, 0.0) / T, rate, abs(eps) + tau + drift + gain * np.abs(level32.hi))
+    return _finish(np.maximum(level32.lo, 0.0) / T, rate, np.abs(eps) + tau + drift + gain * np.abs(level32.hi))
 
 
 def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval, rounding, idx: np.ndarray,
-                 F: Interval, second_lo: np.ndarray, gamma: float, eps: float, T: float, u_lo: np.ndarray,
+                 F: Interval, second_lo: np.ndarray, gamma: float, eps: float | np.ndarray, T: float, u_lo: np.ndarray,
                  u_hi: np.ndarray) -> np.ndarray:
     """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of h(x(t)) / T,
     second order in time (see the module docstring; smooth order 1); -inf without the
@@ -182,4 +182,4 @@ def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval
     curve = 0.5 * T * np.minimum(second_lo, 0.0)
     rate = eps - tau - e1 + curve
     credit = np.maximum(h32.lo, 0.0) * (1.0 - gamma * T) / T
-    return _finish(credit, rate, abs(eps) + tau + e1 - curve)
+    return _finish(credit, rate, np.abs(eps) + tau + e1 - curve)
