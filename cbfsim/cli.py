@@ -120,7 +120,8 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--time-limit", type=nonnegative_float, default=None,
                         help="seconds before giving up (not certified; 0: at once)")
     parser.add_argument("--margin", type=nonnegative_float, default=None,
-                        help="filter margin eps (default: the smallest of 0.001 0.01 0.03 0.1 0.3 that certifies)")
+                        help="filter margin eps (default: the smallest of the ladder 3 ... 0.001 that certifies; "
+                             "times the card's margin_scale bias + w.x when it has one)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
     add_common_flags(parser)
     return parser

@@ -52,6 +52,6 @@ def test_experiment_filters_enforce_the_certificates_margin(name: str, order: in
     from cbfsim.experiment import _filters, shipped_model
     card, system, _, _ = shipped_model(_spec(name).SPEC)
     for filt in _filters(card, system, order, margin=0.03):
-        assert filt.margin == 0.03
+        assert filt.margin.eps == 0.03 and filt.margin.constant
     for filt in _filters(card, system, order):
-        assert filt.margin == 0.0
+        assert filt.margin.eps == 0.0 and filt.margin.constant

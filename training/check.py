@@ -13,6 +13,7 @@ import numpy as np
 import torch
 
 from .lie import lie_terms, psi1, residual
+from .margin import margin_from
 from .samplers import ConstraintTools, level_set, system_terms, uniform
 
 
@@ -72,6 +73,14 @@ def certified_value(barrier: torch.nn.Module, system, x: np.ndarray, cfg) -> np.
     return torch.minimum(t.h, psi1(t, cfg.alpha1)).detach().numpy()
 
 
+def condition_margin(cfg, x: np.ndarray) -> np.ndarray | float:
+    """condition_margin at states x, scaled like the filter's margin when the config has a
+    ``margin_scale`` (training/margin.py)."""
+    if cfg.margin_scale is None:
+        return cfg.condition_margin
+    return np.asarray(margin_from(cfg.condition_margin, cfg.margin_scale).at(x))
+
+
 def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: np.ndarray, hi: np.ndarray,
           u_min: np.ndarray, u_max: np.ndarray, rng: np.random.Generator) -> CheckResult:
     """Fresh dense check of containment and the (HO)CBF condition; see the module docstring."""
@@ -90,9 +99,10 @@ def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: n
     # -unsafe_margin/2 outside; condition: a quarter margin on a slightly enlarged set), so a
     # clean check leaves a buffer against the states the next (independent) sample will hit
     grown = np.minimum(h, p1) >= -0.25 * cfg.band
-    robust = int((((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (grown & (res < 0.25 * cfg.condition_margin))).sum())
+    margin = condition_margin(cfg, x)
+    robust = int((((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (grown & (res < 0.25 * margin))).sum())
     near_region = (h >= -0.5 * cfg.band) & (p1 >= -0.5 * cfg.band)
-    near = ((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (near_region & (res < 0.5 * cfg.condition_margin))
+    near = ((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (near_region & (res < 0.5 * margin))
     strict_idx = np.flatnonzero(cont | cond)
     near_idx = np.setdiff1d(np.flatnonzero(near), strict_idx)
     cap = cfg.ce_max_per_round
