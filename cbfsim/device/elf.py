@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from compiler.errors import ToolchainError
 
@@ -96,11 +96,16 @@ class StackReport:
     unknown: list[str]   # callees without stack data (library code), counted as 0
 
 
-def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
+INDIRECT = "__indirect_call"   # GCC's placeholder node for a call through a function pointer
+
+
+def stack_report(build_dir: str | Path, entry: str = "reset_c", indirect_targets: Sequence[str] = ()) -> StackReport:
     """Worst-case stack from ``-fstack-usage`` numbers along the ``-fcallgraph-info`` call
     graph, starting at ``entry`` (the call graph of this firmware is acyclic: no recursion).
     Exception handlers run on the same stack but do not nest with the app, so they are
-    reported separately by the caller if needed."""
+    reported separately by the caller if needed. ``indirect_targets``: the functions a call
+    through a pointer may reach (OSQP calls its linear-system solver so); every indirect call
+    is then charged the deepest of them (conservative), else it counts as unknown."""
     nodes: dict[str, tuple[str, int]] = {}
     edges: dict[str, set[str]] = {}
     for ci in Path(build_dir).glob("*.ci"):
@@ -108,6 +113,9 @@ def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
         nodes.update(n)
         for k, v in e.items():
             edges.setdefault(k, set()).update(v)
+    if indirect_targets:
+        edges[INDIRECT] = set(indirect_targets)
+        nodes.setdefault(INDIRECT, ("(indirect call)", 0))
     titles = {name: title for title, (name, _) in nodes.items()}
     start = titles.get(entry, entry)
     memo: dict[str, tuple[int, list[str]]] = {}
@@ -131,3 +139,8 @@ def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
     total, path = worst(start)
     per_fn = {name: size for name, size in nodes.values() if size}
     return StackReport(total, path, per_fn, sorted(unknown))
+
+
+def defined_functions(ci_file: str | Path) -> list[str]:
+    """The functions a ``-fcallgraph-info`` file has stack data for (those compiled in it)."""
+    return list(_parse_ci(Path(ci_file).read_text())[0])
