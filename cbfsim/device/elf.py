@@ -63,6 +63,17 @@ def symbol_size(elf: str | Path, demangled_name: str, objdump_tool: str = "arm-n
     raise DeviceError(f"symbol {demangled_name} not in {elf}")
 
 
+def symbol_sizes(elf: str | Path, nm_tool: str = "arm-none-eabi-nm") -> dict[str, tuple[int, str]]:
+    """Every sized symbol: demangled name -> (bytes, nm type letter: T/t code, R/r constants,
+    D/d initialised data, B/b zeroed data)."""
+    out: dict[str, tuple[int, str]] = {}
+    for line in _lines([nm_tool, "-S", "-C", str(elf)]):
+        parts = line.split(maxsplit=3)
+        if len(parts) == 4 and len(parts[2]) == 1:
+            out[parts[3]] = (int(parts[1], 16), parts[2])
+    return out
+
+
 def _function_name(title: str, label: str) -> str:
     """GCC labels a partial clone (``f.part.0``) "0(args)": name it from the title's symbol."""
     if not re.match(r"\d+\(", label):
