@@ -74,6 +74,20 @@ def symbol_sizes(elf: str | Path, nm_tool: str = "arm-none-eabi-nm") -> dict[str
     return out
 
 
+def bytes_by_object(map_file: str | Path, prefixes: Sequence[str] = (".text", ".rodata")) -> dict[str, int]:
+    """Bytes the link kept per input object (basename), over the input sections whose name
+    starts with one of ``prefixes``, from a GNU ld map (-Wl,-Map; discarded sections excluded)."""
+    text = Path(map_file).read_text()
+    kept = text.split("Linker script and memory map", 1)[-1]
+    out: dict[str, int] = {}
+    pattern = r"^ (\.[\w.$]+)\s*\n?\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S+\.o)\s*$"
+    for name, size, obj in re.findall(pattern, kept, re.M):
+        if name.startswith(tuple(prefixes)):
+            key = Path(obj).name
+            out[key] = out.get(key, 0) + int(size, 16)
+    return out
+
+
 def _function_name(title: str, label: str) -> str:
     """GCC labels a partial clone (``f.part.0``) "0(args)": name it from the title's symbol."""
     if not re.match(r"\d+\(", label):

@@ -22,7 +22,7 @@ from compiler.errors import ToolchainError
 from .card import shipped_card_run
 from .config import Generated, RunConfig, generate
 from .errors import DeviceConfigError
-from .elf import defined_functions, footprint, heap_symbols, stack_report, symbol_sizes
+from .elf import bytes_by_object, defined_functions, footprint, heap_symbols, stack_report, symbol_sizes
 from .protocol import DeviceLog, parse_log, solve_summary
 from .qp import PREFIX
 from .reference import bit_identical, max_abs_diff, reference_run
@@ -93,17 +93,19 @@ def constraint_report(generated: Generated, x: np.ndarray) -> dict[str, Any]:
 
 
 def footprint_report(program: Path) -> dict[str, Any]:
-    """Flash (code + constants + the .data image), RAM (.data + .bss without the Q line's
-    instrumentation; the stack reservation is reported apart), the OSQP workspace (every
-    cbfqp_* object: data, settings, factorisation), and the worst-case stack along the call
-    graph with OSQP's calls through its linear-solver pointers charged conservatively."""
+    """Flash (code + constants + the .data image), RAM (.data + .bss without the benchmark's and
+    the Q line's instrumentation arrays; the stack reservation is reported apart), the OSQP
+    workspace (every cbfqp_* object: data, settings, factorisation), OSQP's code and constants
+    (from the link map), and the worst-case stack along the call graph with OSQP's calls
+    through its linear-solver pointers charged conservatively."""
     fp = footprint(program)
     sec = fp["sections"]
     symbols = symbol_sizes(program)
     instrumentation = sum(symbols.get(name, (0, ""))[0] for name in INSTRUMENTATION)
     workspace = {name: size for name, (size, kind) in symbols.items()
                  if name.startswith(PREFIX) and kind in "DdBb"}
-    osqp_code = sum(size for name, (size, kind) in symbols.items() if kind in "Tt" and _is_osqp_function(name))
+    per_object = bytes_by_object(program.parent / "fw.map")
+    osqp_code = sum(size for obj, size in per_object.items() if obj.startswith("osqp_"))
     build_dir = program.parent
     qdldl = build_dir / "osqp_qdldl_interface.ci"
     stack = stack_report(build_dir, indirect_targets=defined_functions(qdldl) if qdldl.exists() else ())
@@ -113,17 +115,10 @@ def footprint_report(program: Path) -> dict[str, Any]:
         "ram_bytes": sec.get(".data", 0) + sec.get(".bss", 0) - instrumentation,
         "data_bytes": sec.get(".data", 0), "bss_bytes": sec.get(".bss", 0) - instrumentation,
         "instrumentation_bytes": instrumentation, "stack_reserved_bytes": sec.get(".stack", 0),
-        "osqp_workspace_bytes": sum(workspace.values()), "osqp_code_bytes": osqp_code,
+        "osqp_workspace_bytes": sum(workspace.values()), "osqp_flash_bytes": osqp_code,
         "stack_static_worst_bytes": stack.worst_bytes, "stack_worst_path": stack.path,
         "stack_uninstrumented": stack.unknown, "heap_symbols": heap_symbols(program),
     }
-
-
-def _is_osqp_function(name: str) -> bool:
-    return name.startswith(("osqp_", "OSQP", "QDLDL", "csc_", "qdldl", "update_", "compute_", "scale_",
-                            "unscale_", "check_termination", "adapt_rho", "store_solution", "validate_",
-                            "solve_linsys", "warm_start_linsys", "name_qdldl", "swap_vectors", "reset_info",
-                            "has_solution", "cold_start", "_osqp", "c_strcpy", "set_rho_vec"))
 
 
 def run_case(case: MultiRowCase, work: Path, targets: Sequence[str] = ("host", "m4", "m7"),
