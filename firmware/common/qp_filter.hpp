@@ -7,7 +7,8 @@
 // on rows with the margin taken off (a_i - eps) and scaled to unit gain (||b_i|| = 1), in the
 // same two phases on one static workspace:
 //   1. hard phase: s pinned to [0, 0] and priced 0 (well conditioned, warm started from the
-//      last hard iterate); accepted when OSQP solves it with every multiplier <= rho;
+//      last converged hard iterate; Python keeps any finite one, float ADMM is slowed ~5x by
+//      an unconverged one); accepted when its answer verifies (every multiplier <= rho);
 //   2. relaxed phase otherwise (infeasible, unsolved, or a multiplier > rho): s in [0, inf)
 //      priced rho, warm started at "no row active" (s = 0, multiplier rho on s >= 0).
 // Rows far out of reach and far nominals are decided exactly first, as in Python (a row that
@@ -72,6 +73,7 @@ struct Memory {
     R hard_y[kCons];
     bool have_hard = false;
     bool last_hard = true;
+    bool last_solved = true;    // did the last phase converge (OSQP_SOLVED)?
     int iterations = 0;     // OSQP iterations of the last call (both phases)
 };
 
@@ -321,8 +323,14 @@ inline int run_phase(const Rows& d, bool hard) noexcept {
     OSQPSolver* solver = &cbfqp_solver;
     osqp_update_data_vec(solver, q, l, u);
     osqp_update_data_mat(solver, nullptr, nullptr, 0, Ax, slots, K * M);
-    if (hard && !mem.last_hard && mem.have_hard) {
-        osqp_warm_start(solver, mem.hard_x, mem.hard_y);
+    if (hard && !(mem.last_hard && mem.last_solved)) {
+        // OSQP's own warm start (its last iterate) only after a converged hard phase: an
+        // unconverged or relaxed iterate (multipliers ~rho) slows float ADMM by ~5x
+        if (mem.have_hard) {
+            osqp_warm_start(solver, mem.hard_x, mem.hard_y);
+        } else {
+            osqp_cold_start(solver);
+        }
     } else if (!hard) {
         R x0[kVars], y0[kCons];
         for (int j = 0; j < M; ++j) x0[j] = clip(d.u_nom[j], d.lo[j], d.hi[j]);
@@ -334,7 +342,8 @@ inline int run_phase(const Rows& d, bool hard) noexcept {
     osqp_solve(solver);
     mem.iterations += static_cast<int>(solver->info->iter);
     const OSQPSolution& sol = *solver->solution;
-    if (hard) {
+    mem.last_solved = solver->info->status_val == OSQP_SOLVED;
+    if (hard && mem.last_solved) {
         bool finite = true;
         for (int c = 0; c < kVars; ++c) finite = finite && is_finite(sol.x[c]);
         for (int c = 0; c < kCons; ++c) finite = finite && is_finite(sol.y[c]);
@@ -371,6 +380,7 @@ inline void forget() noexcept {
     osqp_update_rho(&cbfqp_solver, static_cast<R>(qc::kAdmmRho));   // the adapted rho too
     memory().have_hard = false;
     memory().last_hard = true;
+    memory().last_solved = true;
 }
 
 // Filter k = K rows a_i + b_i.u >= margin (b row-major K x M) with the box [lo, hi]:
