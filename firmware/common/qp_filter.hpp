@@ -14,12 +14,14 @@
 // Rows far out of reach and far nominals are decided exactly first, as in Python (a row that
 // holds on the whole box is switched off; one that fails on the whole box shifts u_nom by rho b_i).
 //
-// Then, instead of Python's double-precision refine(), one finishing step: the active sets
-// are read off OSQP's primal-dual pair (as refine's first guess and OSQP's polish do), the
-// multipliers of the tight rows solved from a k x k system, and the result is kept only if it
-// satisfies P_rho's KKT conditions to kSlackTol in unit-gain row units; otherwise OSQP's iterate
-// (clipped to the box) is returned. With OSQP's eps 1e-5 in float the result agrees with the
-// Python filter to the tolerance stated in docs/device.md.
+// Then, in place of Python's double-precision refine(), the same finishing in float: active
+// sets read off OSQP's primal-dual pair (refine's first guess, as OSQP's polish does), then
+// from the primal alone at a few gaps, then at most kPdasSteps primal-dual active-set steps
+// (from OSQP's multipliers, then from zero); each candidate's tight-row multipliers come from
+// a k x k system and it is kept only if it satisfies P_rho's KKT conditions to kSlackTol in
+// unit-gain row units. Otherwise OSQP's iterate (clipped to the box) is returned. With OSQP's
+// eps 1e-5 in float the result agrees with the Python filter to the tolerance stated in
+// docs/device.md (multirow.DEVICE_U_TOL).
 //
 // Status (the Python FilterStatus meanings): kOk when the returned u satisfies every unit-gain
 // row to kSlackTol; kSlackActive when a row is violated by more (the P_rho answer: least
