@@ -292,3 +292,46 @@ def barrier_terms(barrier: Barrier, system: Any, x: Any, order: int = 1) -> LieT
         return barrier.lie(X, F, G)
     F = np.asarray(F, dtype=np.float64)
     return barrier.lie2(X, F, G, system.df(X, F), system.df(X, np.asarray(G, dtype=np.float64)))
+
+
+class TermStack(list):
+    """The LieTerms (or LieTerms2) of several barriers at the same states, in row order: a
+    list, which is how the multi-row filters take them (CBFQP(n_barriers=k)). It also answers
+    ``h``, ``Lf``, ``Lg`` (``Lf2``, ``LgLf``) as the binding barrier's (the smallest h per
+    state, the value of the intersection of the safe sets), which is what the simulator records."""
+
+    def _binding(self, name: str) -> np.ndarray:
+        h = np.stack([np.asarray(t.h, dtype=np.float64) for t in self])
+        values = np.stack([np.asarray(getattr(t, name), dtype=np.float64) for t in self])
+        return values[h.argmin(axis=0), np.arange(h.shape[1])]
+
+    h = property(lambda self: self._binding("h"))
+    Lf = property(lambda self: self._binding("Lf"))
+    Lg = property(lambda self: self._binding("Lg"))
+    Lf2 = property(lambda self: self._binding("Lf2"))
+    LgLf = property(lambda self: self._binding("LgLf"))
+
+
+class BarrierStack:
+    """Several barriers of one plant as one ``Barrier`` for the simulator: ``value`` is the
+    smallest h (the intersection of the safe sets), ``lie``/``lie2`` return a TermStack, one
+    row per barrier, for a filter built with ``n_barriers=len(barriers)``."""
+
+    def __init__(self, barriers: Any):
+        self.barriers = list(barriers)
+        if len(self.barriers) < 2:
+            raise ValueError(f"a BarrierStack needs at least two barriers, got {len(self.barriers)}")
+        dims = {(int(b.n), int(b.m)) for b in self.barriers}
+        if len(dims) != 1:
+            raise ShapeError(f"the stacked barriers have different (n, m): {sorted(dims)}")
+        (self.n, self.m), = dims
+        self.order = min(int(b.order) for b in self.barriers)
+
+    def value(self, x: np.ndarray) -> np.ndarray:
+        return np.min(np.stack([np.asarray(b.value(x), dtype=np.float64) for b in self.barriers]), axis=0)
+
+    def lie(self, x: np.ndarray, F: np.ndarray, G: np.ndarray) -> TermStack:
+        return TermStack(b.lie(x, F, G) for b in self.barriers)
+
+    def lie2(self, x: np.ndarray, F: np.ndarray, G: np.ndarray, Dff: np.ndarray, DfG: np.ndarray) -> TermStack:
+        return TermStack(b.lie2(x, F, G, Dff, DfG) for b in self.barriers)

@@ -25,7 +25,7 @@ from .config import Generated, RunConfig, compiled_source, f32, generate
 from .elf import (HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_report, symbol_size,
                   undefined_symbols)
 from .errors import DeviceConfigError, DeviceError
-from .protocol import INSTRUCTIONS_PER_SYSTICK, STATUS_NAMES, DeviceLog, bench_summary, parse_log
+from .protocol import INSTRUCTIONS_PER_SYSTICK, STATUS_NAMES, DeviceLog, bench_summary, parse_log, solve_summary
 from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_diff, polygon_demo_config,
                         polygon_disk_barrier, reference_run, summary)
 from .toolchain import FIRMWARE_DIR, INSTALL, QEMU_MACHINE, build, run, run_command
@@ -36,4 +36,4 @@ __all__ = ["CARD_KEYS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLo
            "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",
            "footprint", "generate", "heap_symbols", "max_abs_diff", "parse_log", "polygon_demo_config",
            "polygon_disk_barrier", "reference_run", "run", "run_command", "shipped_card_run",
-           "stack_report", "summary", "symbol_size", "system_checks", "undefined_symbols"]
+           "solve_summary", "stack_report", "summary", "symbol_size", "system_checks", "undefined_symbols"]

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from compiler.errors import ToolchainError
 
@@ -63,6 +63,31 @@ def symbol_size(elf: str | Path, demangled_name: str, objdump_tool: str = "arm-n
     raise DeviceError(f"symbol {demangled_name} not in {elf}")
 
 
+def symbol_sizes(elf: str | Path, nm_tool: str = "arm-none-eabi-nm") -> dict[str, tuple[int, str]]:
+    """Every sized symbol: demangled name -> (bytes, nm type letter: T/t code, R/r constants,
+    D/d initialised data, B/b zeroed data)."""
+    out: dict[str, tuple[int, str]] = {}
+    for line in _lines([nm_tool, "-S", "-C", str(elf)]):
+        parts = line.split(maxsplit=3)
+        if len(parts) == 4 and len(parts[2]) == 1:
+            out[parts[3]] = (int(parts[1], 16), parts[2])
+    return out
+
+
+def bytes_by_object(map_file: str | Path, prefixes: Sequence[str] = (".text", ".rodata")) -> dict[str, int]:
+    """Bytes the link kept per input object (basename), over the input sections whose name
+    starts with one of ``prefixes``, from a GNU ld map (-Wl,-Map; discarded sections excluded)."""
+    text = Path(map_file).read_text()
+    kept = text.split("Linker script and memory map", 1)[-1]
+    out: dict[str, int] = {}
+    pattern = r"^ (\.[\w.$]+)\s*\n?\s+0x[0-9a-f]+\s+0x([0-9a-f]+)\s+(\S+\.o)\s*$"
+    for name, size, obj in re.findall(pattern, kept, re.M):
+        if name.startswith(tuple(prefixes)):
+            key = Path(obj).name
+            out[key] = out.get(key, 0) + int(size, 16)
+    return out
+
+
 def _function_name(title: str, label: str) -> str:
     """GCC labels a partial clone (``f.part.0``) "0(args)": name it from the title's symbol."""
     if not re.match(r"\d+\(", label):
@@ -96,11 +121,16 @@ class StackReport:
     unknown: list[str]   # callees without stack data (library code), counted as 0
 
 
-def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
+INDIRECT = "__indirect_call"   # GCC's placeholder node for a call through a function pointer
+
+
+def stack_report(build_dir: str | Path, entry: str = "reset_c", indirect_targets: Sequence[str] = ()) -> StackReport:
     """Worst-case stack from ``-fstack-usage`` numbers along the ``-fcallgraph-info`` call
     graph, starting at ``entry`` (the call graph of this firmware is acyclic: no recursion).
     Exception handlers run on the same stack but do not nest with the app, so they are
-    reported separately by the caller if needed."""
+    reported separately by the caller if needed. ``indirect_targets``: the functions a call
+    through a pointer may reach (OSQP calls its linear-system solver so); every indirect call
+    is then charged the deepest of them (conservative), else it counts as unknown."""
     nodes: dict[str, tuple[str, int]] = {}
     edges: dict[str, set[str]] = {}
     for ci in Path(build_dir).glob("*.ci"):
@@ -108,6 +138,9 @@ def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
         nodes.update(n)
         for k, v in e.items():
             edges.setdefault(k, set()).update(v)
+    if indirect_targets:
+        edges[INDIRECT] = set(indirect_targets)
+        nodes.setdefault(INDIRECT, ("(indirect call)", 0))
     titles = {name: title for title, (name, _) in nodes.items()}
     start = titles.get(entry, entry)
     memo: dict[str, tuple[int, list[str]]] = {}
@@ -131,3 +164,8 @@ def stack_report(build_dir: str | Path, entry: str = "reset_c") -> StackReport:
     total, path = worst(start)
     per_fn = {name: size for name, size in nodes.values() if size}
     return StackReport(total, path, per_fn, sorted(unknown))
+
+
+def defined_functions(ci_file: str | Path) -> list[str]:
+    """The functions a ``-fcallgraph-info`` file has stack data for (those compiled in it)."""
+    return list(_parse_ci(Path(ci_file).read_text())[0])

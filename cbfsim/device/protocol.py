@@ -34,6 +34,7 @@ class DeviceLog:
     bench: dict[str, Any] | None
     exit: str | None
     port_facts: dict[str, str] = field(default_factory=dict)   # 'P' lines, e.g. stack_peak
+    solve: dict[str, Any] | None = None   # the 'Q' line (k > 1 rows): per-step QP filter cost
 
     @property
     def port(self) -> str:
@@ -54,12 +55,15 @@ def parse_log(text: str) -> DeviceLog:
     bench = None
     end = None
     facts: dict[str, str] = {}
+    solve: dict[str, Any] = {}
     for number, raw in enumerate(text.splitlines(), 1):
         line = raw.strip()
         try:
             if line.startswith("H port="):
                 header = dict(kv.split("=", 1) for kv in line[2:].split())
-                rows, status, final, bench, end, facts = [], [], None, None, None, {}
+                rows, status, final, bench, end, facts, solve = [], [], None, None, None, {}, {}
+            elif line.startswith("Q calls="):
+                solve = _costs(line)
             else:
                 bench, end, final = _record(line, header, rows, status, facts, bench, end, final)
         except ValueError as exc:
@@ -79,7 +83,15 @@ def parse_log(text: str) -> DeviceLog:
         x = np.vstack([x, final.view(np.float32).astype(np.float64)[None, :]])
         bits = np.concatenate([bits.ravel(), final])
     return DeviceLog(header, x, vals[:, n:n + m], vals[:, n + m:n + 2 * m], vals[:, -1],
-                     np.array(status, dtype=np.int8), bits.ravel(), bench, end, facts)
+                     np.array(status, dtype=np.int8), bits.ravel(), bench, end, facts, solve or None)
+
+
+def _costs(line: str) -> dict[str, Any]:
+    """A 'Q' line: integer fields up to ' unit=', then the unit text."""
+    head, _, unit = line[2:].partition(" unit=")
+    out: dict[str, Any] = {k: int(v) for k, v in (kv.split("=", 1) for kv in head.split())}
+    out["unit"] = unit
+    return out
 
 
 def _record(line: str, header: dict, rows: list, status: list, facts: dict, bench: Any, end: Any,
@@ -104,6 +116,17 @@ def _record(line: str, header: dict, rows: list, status: list, facts: dict, benc
     elif line.startswith("P "):
         facts.update(kv.split("=", 1) for kv in line[2:].split() if "=" in kv)
     return bench, end, final
+
+
+def solve_summary(log: DeviceLog) -> dict[str, Any]:
+    """The closed loop's per-step QP filter cost (k > 1 rows); SysTick ticks also as instructions."""
+    if log.solve is None:
+        raise DeviceError("the log has no 'Q' line (a one-row firmware, or a truncated log)")
+    out = dict(log.solve)
+    if str(out.get("unit", "")).startswith("systick"):
+        for key in ("median", "max", "min"):
+            out[f"{key}_instructions"] = out[key] * INSTRUCTIONS_PER_SYSTICK
+    return out
 
 
 def bench_summary(log: DeviceLog) -> dict[str, Any]:

@@ -85,13 +85,18 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
     """The firmware's closed loop with cbfsim's simulator in float64: RK4 with zero-order
     hold, the exact projection filter (least-violation input when infeasible, as on the
     device) and the network through the float64 reference interpreter. Constants are the
-    float32 values the device uses, so both simulate the same problem."""
+    float32 values the device uses, so both simulate the same problem. With k > 1 rows (a
+    Generated with extra barriers) the filter is the Python CBFQP with the device's rho and
+    h is the smallest barrier value, as the device logs it."""
     from cbfsim.classk import Linear
     from cbfsim.filters import CBFProjection, HOCBFQP
     from cbfsim.simulate import simulate
 
-    compiled = (generated_or_model.compiled if isinstance(generated_or_model, Generated)
-                else compiled_source(generated_or_model, config))
+    from cbfsim.barriers import BarrierStack
+    from cbfsim.filters import CBFQP
+
+    generated = generated_or_model if isinstance(generated_or_model, Generated) else None
+    compiled = generated.compiled if generated is not None else compiled_source(generated_or_model, config)
     system = config.plant()
     bounds = (system.u_min.astype(np.float32), system.u_max.astype(np.float32))
     a1, a2 = (f32(a) for a in config.alphas)
@@ -100,13 +105,25 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
     plant = SimpleNamespace(u_min=bounds[0], u_max=bounds[1], nominal=system.nominal)
     margin = check_margin(config.margin)
     margin = margin.with_eps(f32(margin.eps))
-    if config.order == 1:
+    barrier: Any = ReferenceBarrier(compiled.model, system.m, config.order)
+    if generated is not None and generated.rows > 1:
+        # k > 1 rows: the Python CBFQP / HOCBFQP (OSQP + exact refinement) on the same P_rho as
+        # the device's generated solver (its rho), one reference barrier per row
+        k, rho = generated.rows, generated.qp.slack_penalty
+        barrier = BarrierStack(ReferenceBarrier(c.model, system.m, config.order) for c in generated.compiled_rows)
+        if config.order == 1:
+            filt = CBFQP(plant, Linear(a1), n_barriers=k, slack_penalty=rho, margin=margin,
+                         fallback=fallback)
+        else:
+            filt = HOCBFQP(plant, Linear(a1), Linear(a2), n_barriers=k, slack_penalty=rho, margin=margin,
+                           fallback=fallback)
+    elif config.order == 1:
         filt = CBFProjection(plant, Linear(a1), slack_penalty=np.inf, margin=margin, fallback=fallback)
     else:
         filt = HOCBFQP(plant, Linear(a1), Linear(a2), solver="projection", slack_penalty=np.inf,
                        margin=margin, fallback=fallback)
     dt = f32(config.dt)
-    traj = simulate(system, ReferenceBarrier(compiled.model, system.m, config.order), filt, config.nominal,
+    traj = simulate(system, barrier, filt, config.nominal,
                     np.array([f32(v) for v in config.x0]), t_final=config.steps * dt, dt_control=dt,
                     dt_int=dt / config.substeps).single()
     return ReferenceRun(traj.x[0], traj.u_nom[0], traj.u[0], traj.h[0, :-1], traj.status[0], traj)

@@ -29,8 +29,8 @@ def _tool(target: str, tool: str) -> None:
 
 
 def build(target: str, generated: Generated | None, out_dir: str | Path, modes: int = 3) -> Path:
-    """Build ``target`` (host, m4, m7, xtensa, filter-check or engine) with firmware/Makefile."""
-    tools = {"host": "g++", "filter-check": "g++", "engine": "g++", "m4": "arm-none-eabi-g++",
+    """Build ``target`` (host, m4, m7, xtensa, filter-check, qp-check or engine) with firmware/Makefile."""
+    tools = {"host": "g++", "filter-check": "g++", "qp-check": "g++", "engine": "g++", "m4": "arm-none-eabi-g++",
              "m7": "arm-none-eabi-g++",
              "xtensa": "xtensa-lx106-elf-g++"}
     if target not in tools:
@@ -43,7 +43,8 @@ def build(target: str, generated: Generated | None, out_dir: str | Path, modes: 
     result = subprocess.run(command, capture_output=True, text=True)
     if result.returncode != 0:
         raise ToolchainError(f"building {target} failed", command, result.stdout + result.stderr)
-    return out / {"host": "host/fw_host", "filter-check": "host/filter_check", "engine": "host/libcbf_engine.so",
+    return out / {"host": "host/fw_host", "filter-check": "host/filter_check", "qp-check": "host/qp_check",
+                  "engine": "host/libcbf_engine.so",
                   "m4": "m4/fw.elf",
                   "m7": "m7/fw.elf", "xtensa": "xtensa/app.o"}[target]
 

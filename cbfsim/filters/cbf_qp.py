@@ -160,14 +160,21 @@ class QPRowSolver:
         hi = np.concatenate([np.full(k, np.inf), self.u_max, s_hi])
         return q, np.maximum(lo, -OSQP_INFINITY), np.minimum(hi, OSQP_INFINITY)
 
+    def problem(self, phase: str = "hard") -> tuple[sp.csc_matrix, np.ndarray, sp.csc_matrix, np.ndarray, np.ndarray]:
+        """(P, q, A, l, u) of the workspace as set up: the fixed sparsity (every b_ij a
+        structural nonzero, at ``b_slots`` of A's data) with unit gains. The device's
+        generated solver (cbfsim/device/qp.py) is set up from the same data."""
+        k, m = self.n_rows, self.m
+        A = sp.csc_matrix((self._Ax(np.ones((k, m))), self._A_rows, self._A_indptr), shape=(2 * k + m, m + k))
+        q, lo, hi = self._vectors(phase)
+        return self._P.copy(), q, A, lo, hi
+
     def workspace(self, i: int) -> Workspace:
         """The OSQP workspace of batch index i (created on first use)."""
         while len(self._workspaces) <= i:
-            k, m = self.n_rows, self.m
-            A = sp.csc_matrix((self._Ax(np.ones((k, m))), self._A_rows, self._A_indptr), shape=(2 * k + m, m + k))
-            q, lo, hi = self._vectors("hard")
+            P, q, A, lo, hi = self.problem("hard")
             solver = osqp.OSQP()
-            solver.setup(P=self._P, q=q, A=A, l=lo, u=hi, **self.settings)
+            solver.setup(P=P, q=q, A=A, l=lo, u=hi, **self.settings)
             self._workspaces.append(Workspace(solver))
         return self._workspaces[i]
 

@@ -20,6 +20,11 @@
 //   B calls=<c> median=<d> max=<d> min=<d> overhead=<d> check=<hex> unit=<text to end of line>
 //   E <code>
 //   P <key>=<value> ...   facts from the port itself (Cortex-M: stack_peak=<bytes> at exit)
+//   Q calls=<N> median=<d> max=<d> min=<d> iter_median=<d> iter_max=<d> unit=<text>
+//       k > 1 rows only (CBF_ROWS): the closed loop's per-step QP filter cost in counter
+//       units and OSQP's iterations per step (both phases), after the F line
+//
+// With k > 1 rows the logged h is min_i h_i (the intersection's barrier value).
 #ifndef CBF_APP_HPP
 #define CBF_APP_HPP
 
@@ -47,6 +52,43 @@ inline void print_header(cbf_fmt::Line& line) noexcept {
     line.emit();
 }
 
+inline std::uint32_t median_of_sorted(const std::uint32_t* v, int count) noexcept;
+
+#if defined(CBF_ROWS) && CBF_ROWS > 1
+// Per-step cost of the QP filter (solve + fault policy) in the closed loop, and OSQP's
+// iterations (both phases): instrumentation in .bss, sorted in place for the Q line.
+inline std::uint32_t g_solve_ticks[cfg::kSteps];
+inline std::uint32_t g_solve_iterations[cfg::kSteps];
+
+// One closed-loop step with the filter timed (interrupts masked around it).
+inline int timed_control(std::uint32_t k, const float* x, float* u_nom, float* u, float& h,
+                         float* last_safe) noexcept {
+    float a[K], b[K * M];
+    cfg::nominal(x, u_nom);
+    const int err = barrier_rows(x, a, b, h);
+    const std::uint32_t irq = port_mask_interrupts();
+    const std::uint32_t t0 = port_counter();
+    const int status = filter_rows(x, a, b, u_nom, err, u, last_safe);
+    const std::uint32_t t1 = port_counter();
+    port_restore_interrupts(irq);
+    g_solve_ticks[k] = (t1 - t0) & port_info().counter_mask;
+    g_solve_iterations[k] = static_cast<std::uint32_t>(cbf_qp::memory().iterations);
+    return status;
+}
+
+//   Q calls=<N> median=<d> max=<d> min=<d> iter_median=<d> iter_max=<d> unit=<text>
+inline void print_solve_costs(cbf_fmt::Line& line) noexcept {
+    constexpr int n = static_cast<int>(cfg::kSteps);
+    cbf_filter::insertion_sort(g_solve_ticks, n);
+    cbf_filter::insertion_sort(g_solve_iterations, n);
+    line.str("Q calls=").dec(cfg::kSteps).str(" median=").dec(median_of_sorted(g_solve_ticks, n));
+    line.str(" max=").dec(g_solve_ticks[n - 1]).str(" min=").dec(g_solve_ticks[0]);
+    line.str(" iter_median=").dec(median_of_sorted(g_solve_iterations, n)).str(" iter_max=").dec(g_solve_iterations[n - 1]);
+    line.str(" unit=").str(port_info().counter_unit);
+    line.emit();
+}
+#endif
+
 inline void closed_loop(cbf_fmt::Line& line) noexcept {
     float x[N], u_nom[M], u[M], last_safe[M];
     for (int i = 0; i < N; ++i) x[i] = cfg::kX0[i];
@@ -54,7 +96,11 @@ inline void closed_loop(cbf_fmt::Line& line) noexcept {
     const float hstep = cfg::kDt / static_cast<float>(cfg::kSubsteps);
     for (std::uint32_t k = 0; k < cfg::kSteps; ++k) {
         float h = 0.0f;
+#if defined(CBF_ROWS) && CBF_ROWS > 1
+        const int status = timed_control(k, x, u_nom, u, h, last_safe);
+#else
         const int status = control(x, u_nom, u, h, last_safe);
+#endif
         line.ch('S').ch(' ').dec(k);
         for (int i = 0; i < N; ++i) line.f32(x[i]);
         for (int j = 0; j < M; ++j) line.f32(u_nom[j]);
@@ -66,6 +112,9 @@ inline void closed_loop(cbf_fmt::Line& line) noexcept {
     line.ch('F').ch(' ').dec(cfg::kSteps);
     for (int i = 0; i < N; ++i) line.f32(x[i]);
     line.emit();
+#if defined(CBF_ROWS) && CBF_ROWS > 1
+    print_solve_costs(line);
+#endif
 }
 
 // xorshift32 (Marsaglia): tiny, seedable, the same sequence on every target.

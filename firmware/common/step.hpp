@@ -1,7 +1,8 @@
 // step.hpp: one control step of the closed loop, written once for every port and for the
 // host's compiled batch engine: barrier terms, the filter row, the fault policy, the plant's
 // xdot and classical RK4 with the input held. Includes only cbf_config.hpp (the generated
-// barrier, plant and run constants) and filter.hpp: no port, no printing, no heap, no libm.
+// barrier, plant and run constants) and filter.hpp (plus qp_filter.hpp when cbf_config.hpp
+// defines CBF_ROWS > 1): no port, no printing, no heap, no libm.
 #ifndef CBF_STEP_HPP
 #define CBF_STEP_HPP
 
@@ -10,6 +11,9 @@
 
 #include "cbf_config.hpp"
 #include "filter.hpp"
+#if defined(CBF_ROWS) && CBF_ROWS > 1
+#include "qp_filter.hpp"
+#endif
 
 namespace cbf_app {
 
@@ -76,6 +80,18 @@ inline void fallback_input(const float* x, const float* last_safe, float* u) noe
     for (int j = 0; j < M; ++j) u[j] = finite ? cbf_filter::clip(u[j], plant::kUMin[j], plant::kUMax[j]) : cfg::kSafeInput[j];
 }
 
+// The fault policy on a filter status: the policy's input on kFallback, and the input of every
+// kOk step remembered in last_safe. Returns the status.
+inline int apply_policy(const float* x, int status, float* u, float* last_safe) noexcept {
+    if (status == cbf_filter::kFallback) {
+        fallback_input(x, last_safe, u);
+    } else if (status == cbf_filter::kOk) {
+        for (int j = 0; j < M; ++j) last_safe[j] = u[j];
+    }
+    return status;
+}
+
+#if !defined(CBF_ROWS) || CBF_ROWS == 1
 // One control step: nominal input, barrier, filter (row with margin margin_at(x)), fault policy.
 // last_safe holds the input of the last kOk step. Returns the filter status.
 inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
@@ -86,13 +102,47 @@ inline int control(const float* x, float* u_nom, float* u, float& h, float* last
     const float a = cbf_row(terms, b);
     int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::margin_at(x), u);
     if (err != 0) status = cbf_filter::kFallback;   // (the barrier's outputs are NaN then anyway)
-    if (status == cbf_filter::kFallback) {
-        fallback_input(x, last_safe, u);
-    } else if (status == cbf_filter::kOk) {
-        for (int j = 0; j < M; ++j) last_safe[j] = u[j];
-    }
-    return status;
+    return apply_policy(x, status, u, last_safe);
 }
+#else
+// k = CBF_ROWS > 1 barriers (cbf_config.hpp: barrier_call_row), one row each, filtered by the
+// generated OSQP solver (qp_filter.hpp); the one-row path above is unchanged.
+constexpr int K = cfg::kRows;
+static_assert(K == cbf_qp::K && M == cbf_qp::M, "the generated QP is for another problem size");
+
+// The rows a (K), b (K x M) at x and h = min_i h_i (the intersection's barrier value).
+// Returns nonzero if a barrier reported an error.
+inline int barrier_rows(const float* x, float* a, float* b, float& h) noexcept {
+    float f[N], G[N * M], Dff[N] = {}, DfG[N * M] = {}, terms[kTerms], row_b[M];
+    plant::f(x, f);
+    plant::G(x, G);
+    if (cfg::kOrder == 2) drift_products(x, f, G, Dff, DfG);
+    int err = 0;
+    for (int i = 0; i < K; ++i) {
+        err |= cfg::barrier_call_row(i, x, f, G, Dff, DfG, terms);
+        h = i == 0 || terms[0] < h ? terms[0] : h;
+        a[i] = cbf_row(terms, row_b);
+        for (int j = 0; j < M; ++j) b[i * M + j] = row_b[j];
+    }
+    return err;
+}
+
+// The filter and the fault policy on the rows (the part the closed loop times per step).
+inline int filter_rows(const float* x, const float* a, const float* b, const float* u_nom, int err, float* u,
+                       float* last_safe) noexcept {
+    int status = cbf_qp::solve<float>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::margin_at(x), u);
+    if (err != 0) status = cbf_filter::kFallback;
+    return apply_policy(x, status, u, last_safe);
+}
+
+// One control step: nominal input, the K barriers, the QP filter, the fault policy.
+inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
+    float a[K], b[K * M];
+    cfg::nominal(x, u_nom);
+    const int err = barrier_rows(x, a, b, h);
+    return filter_rows(x, a, b, u_nom, err, u, last_safe);
+}
+#endif
 
 // xdot = f(x) + G(x) u (+ d, a disturbance held over the period, when given), summed in the
 // order j = 0..m-1 (the Python reference does the same); without d the bits are unchanged.
