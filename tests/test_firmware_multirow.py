@@ -19,6 +19,7 @@ from cbfsim.barriers import BarrierStack, LieTerms, TermStack
 from cbfsim.device import multirow
 from cbfsim.device.qp import DEVICE_SLACK_PENALTY, QPSpec, emit_qp
 from cbfsim.filters import CBFQP, FilterStatus
+from cbfsim.filters.base import check_margin
 from conftest import require_tool
 
 pytestmark = pytest.mark.toolchain
@@ -58,7 +59,7 @@ def python_filter(problems, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]
     us, status, slack = [], [], []
     for margin, a, b, u_nom in problems:
         filt.reset()
-        filt.margin = margin
+        filt.margin = check_margin(margin)
         terms = [LieTerms(np.zeros(1), np.array([a[i]]), b[i][None, :]) for i in range(k)]   # alpha(0) = 0: row a_i
         res = filt.filter(None, u_nom[None], terms)
         us.append(res.u[0])
