@@ -343,3 +343,37 @@ def test_margin_scale_bounds_hold_every_float32_evaluation_and_a_negative_scale_
         margin_from(1.0, [0.0, 1.0]).check_domain(1, [-1.0], [1.0])
     with pytest.raises(MarginError, match="1 \\+ 2 numbers"):
         margin_from(1.0, [0.0, 1.0]).check_domain(2, [0, 0], [1, 1])
+
+
+def test_the_feasibility_bound_is_below_the_row_at_every_sampled_state_of_the_set(tmp_path):
+    """Feasibility is asked only at states with h >= 0, so its bound may count gamma h >= 0
+    there.  Checked on boundary boxes (h changes sign inside) against torch float64: in every
+    box, the bound of sup_u hdot + gamma h lies below its value at every sampled state of the
+    set.  gamma = 50 makes gamma h dominate the row's variation over a box, so a bound that
+    credits more of h than the set's part of the box (its top, say) is caught; and the
+    set-aware bound must prove boxes the whole-box row cannot, or this says nothing."""
+    from compiler.interval import Interval
+    from training.certify import conditions, problem as problem_module
+    gamma = 50.0
+    seq = _diamond_layers()
+    onnx, card = _write(tmp_path, seq, "steep", class_k={"kind": "linear", "gamma": gamma})
+    p = problem_module.load_problem(onnx, card, dt=0.0)
+    rng = np.random.default_rng(11)
+    x = rng.uniform(-3, 3, size=(40_000, 2))
+    h, _, _ = _torch_terms(seq, x)
+    centres = x[np.abs(h) < 0.02][:400]
+    eps = 0.5                  # the room on the boundary (h = 0) runs from 0.39 to 1.5
+    box = Interval(centres - 0.01, centres + 0.01)
+    score = conditions.evaluate(p, box, eps).scores["feasibility"]
+    t = conditions.lie_terms(p.model, conditions.plant_terms(p.plant, box, 1), box, 1, p.gains, float32=True)
+    a, b = conditions.constraint_row(t, p)
+    whole_box = (b + conditions.sup_over_inputs(a, p.u_lo, p.u_hi)).lo - eps
+    assert ((score >= 0) & (whole_box < 0)).sum() >= 10, "the set-aware bound proves no box the whole-box row cannot"
+    gap = np.inf
+    for i in range(len(centres)):
+        pts = rng.uniform(box.lo[i], box.hi[i], size=(100, 2))
+        hh, lf, lg = _torch_terms(seq, pts)
+        phi = lf + U_MAX * np.abs(lg) + gamma * hh
+        if (hh >= 0).any():
+            gap = min(gap, float(phi[hh >= 0].min() - eps - score[i]))
+    assert gap >= 0, f"the bound exceeds the row at a sampled state of the set by {-gap}"

@@ -52,6 +52,20 @@ def constraint_row(t: Terms, problem: Problem) -> tuple[Interval, Interval]:
     return t.LGLf, t.L2 + g["alpha1"] * t.Lf + g["alpha2"] * t.psi1
 
 
+def _in_set_row(t: Terms, problem: Problem) -> Interval:
+    """b of the constraint row over the box's states in the set, where feasibility is asked:
+    order 1, h >= 0 there, so gamma h >= -gamma e_h for the header's float32 h (rounding
+    bound e_h), however far below 0 the box's enclosure of h reaches.  Without this, a box
+    on the boundary carries -gamma times the variation of h across it and must be split
+    until that is below the margin.  (Order 2: the plain row.)"""
+    _, b = constraint_row(t, problem)
+    if problem.order != 1 or t.rounding is None:
+        return b
+    floor = -np.asarray(t.rounding.h, dtype=float)
+    h = Interval(np.maximum(t.h.lo, floor), np.maximum(t.h.hi, floor))
+    return t.Lf + problem.gains["gamma"] * h
+
+
 def _set_bounds(t: Terms, order: int) -> tuple[np.ndarray, np.ndarray]:
     """(may meet the certified set, lies wholly in it)."""
     if order == 1:
@@ -76,7 +90,7 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     cont = np.where(c.lo >= 0, inf, cont)
 
     a32, b32 = constraint_row(t32, problem)
-    phi = b32 + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
+    phi = _in_set_row(t32, problem) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
     feas = np.where(meets, phi.lo - eps_hi, inf)
 
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets, eps_lo)
