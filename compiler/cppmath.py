@@ -228,12 +228,24 @@ _DOUBLE = {
              "0.052168895498361026", "-0.04493073685623778", "0.03314600287015154", "-0.014790118557769634"],
 }
 
-# Shared by m_exp and m_expm1. Arguments past the saturation thresholds give unused garbage.
-_EXP_REDUCE = """\
+# How m_exp and m_expm1 pick k = round(x / ln2) (adding 1.5*2^p rounds to an integer in the
+# low mantissa bits). m_exp: always, so its cost does not depend on x (a select here is a
+# branch on scalar cores: softplus / sigmoid layers took one path or the other per neuron).
+_EXP_K = """\
+    // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits.
+    const $T t = x * $LOG2E + $MAGIC;
+"""
+# m_expm1: k = 0 for |x| < 1/2, else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
+_EXPM1_K = """\
     // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits;
     // k = 0 for |x| < 1/2: else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
     const $T t = mx_select(mx_fabs(x) < $HALF, $MAGIC, x * $LOG2E + $MAGIC);
-    const $T kf = t - $MAGIC;  // k, exact
+"""
+
+# Shared by m_exp and m_expm1 (after $EXP_K). Arguments past the saturation thresholds give
+# unused garbage.
+_EXP_REDUCE = """\
+$EXP_K    const $T kf = t - $MAGIC;  // k, exact
     const $U k = mx_bits(t) - mx_bits($MAGIC);  // k as a two's-complement word
     const $T rh = x - kf * $LN2_HI;  // exact (Cody-Waite, Sterbenz)
     const $T rl = -(kf * $LN2_LO);
@@ -303,7 +315,7 @@ inline $T mx_pow2($U k) noexcept { return mx_real((k + $BIAS) << $MANT); }
 
 // e^x. Overflow -> +inf, underflow -> correctly scaled subnormal or 0.
 inline $T m_exp($T x) noexcept {
-$EXP_REDUCE\
+$EXP_REDUCE_EXP\
     const $T s = $ONE + rh;  // Fast2Sum: s + e = 1 + rh
     const $T e = rh - (s - $ONE);
     const $T y = s + (e + (rl + p));  // e^r
@@ -314,7 +326,7 @@ $EXP_REDUCE\
 
 // e^x - 1, accurate relative to its value near 0. expm1(-inf) = -1.
 inline $T m_expm1($T x) noexcept {
-$EXP_REDUCE\
+$EXP_REDUCE_EXPM1\
     const $T d = mx_pow2(0u - k1) * mx_pow2(0u - k2);  // 2^-k, exact (maybe subnormal)
     const $T a = $ONE - d;  // TwoSum: a + ae = 1 - 2^-k exactly
     const $T ab = a - $ONE;
@@ -457,7 +469,8 @@ def math_source(scalar: str, functions=None) -> str:
                   P_TANH=_horner("z", spec["tanh"], suf), P_ERF=_horner("v", spec["erf"], suf),
                   P_ERFC=_horner("w", spec["erfc"], suf), P_SIN=_horner("z", spec["sin"], suf),
                   P_COS=_horner("z", spec["cos"], suf), P_ATAN=_horner("z", spec["atan"], suf))
-    values["EXP_REDUCE"] = Template(_EXP_REDUCE).substitute(values)
+    for key, k_line in (("EXP_REDUCE_EXP", _EXP_K), ("EXP_REDUCE_EXPM1", _EXPM1_K)):
+        values[key] = Template(_EXP_REDUCE).substitute(values, EXP_K=Template(k_line).substitute(values))
     values["TRIG_REDUCE"] = Template(_TRIG_REDUCE).substitute(values)
     # The text is the helpers, then one blank-line-separated block per function in MATH_FUNCTIONS order.
     prelude, *blocks = Template(_TEMPLATE).substitute(values).split("\n\n")
