@@ -32,12 +32,12 @@ def sigmoid_lines(arg: str, L: Literal, complement: bool = True) -> list[str]:
     """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
     pos = f"({arg}) >= {L(0)}"
     lines = [
-        f"const scalar e = m_exp(-{sel(f'({arg}) < {L(0)}', f'-({arg})', f'({arg})')});",
+        f"const scalar e = m_exp(-mx_fabs({arg}));",
         f"const scalar r = {L(1)} / ({L(1)} + e);",
-        f"const scalar s = {sel(pos, 'r', 'e * r')};",
+        f"const scalar s = r * {sel(pos, L(1), 'e')};",
     ]
     if complement:
-        lines.append(f"const scalar sc = {sel(pos, 'e * r', 'r')};")
+        lines.append(f"const scalar sc = r * {sel(pos, 'e', L(1))};")
     return lines
 
 
