@@ -29,7 +29,12 @@ def sel(cond: str, a: str, b: str) -> str:
 
 
 def sigmoid_lines(arg: str, L: Literal, complement: bool = True) -> list[str]:
-    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
+    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1.
+    Written so scalar cores take no sign-dependent branch: |arg| by mx_fabs, and s, sc as r times
+    a select between 1 and e (the product by 1 is exact, so the values are those of
+    'arg >= 0 ? r : e r'), which GCC turns into a conditional move, where it turned the two
+    swapped selects of r and e r into a branch (instruction count per call then followed
+    the number of negative pre-activations)."""
     pos = f"({arg}) >= {L(0)}"
     lines = [
         f"const scalar e = m_exp(-mx_fabs({arg}));",

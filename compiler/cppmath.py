@@ -52,7 +52,10 @@ below the result's rounding in every case.
 
 * exp, expm1: k = round(x / ln2) by adding and subtracting 1.5 * 2^23 / 2^52 (round to
   nearest without any float->int conversion, so NaN or huge inputs are never UB; the
-  integer k is read from the bits of the sum), and k = 0 for |x| < 1/2.
+  integer k is read from the bits of the sum); expm1 only: k = 0 for |x| < 1/2 (exp
+  rounds for every x, so its instruction count does not depend on x: a select there is
+  a branch on scalar cores, and softplus / sigmoid layers took one side or the other per
+  neuron -- 1% instruction jitter per call on a Cortex-M4F).
   r = x - k ln2 with ln2 = LN2_HI + LN2_LO (Cody-Waite; LN2_HI has 15 / 32 significant
   bits, so k LN2_HI and x - k LN2_HI are exact), |r| <= 1/2, kept as r + rc.
   e^r - 1 - r = r^2 P(r), P of degree 6 / 11 on |r| <= 0.5005 (err 2^-30.5 / 2^-58.3).
@@ -304,7 +307,9 @@ inline $T mx_copysign($T mag, $T sgn) noexcept {
 // -ftrapping-math) sinks the arithmetic of each arm of a floating-point ?: into a branch
 // and then cannot if-convert it, which stops loops from vectorizing; a mask select keeps
 // them straight-line. Scalar cores (Cortex-M, Xtensa) keep the ?:, a conditional move
-// there (Cortex-M4F, pendulum order 2: 31,280 instructions a call, 36,840 with masks).
+// there (Cortex-M4F, pendulum order 2: 30,720 instructions a call, 35,240 with masks).
+// A ?: whose arm holds arithmetic can still become a branch there: keep such selects out
+// of paths whose cost should not depend on the data (m_exp has none before saturation).
 inline $T mx_select(bool c, $T a, $T b) noexcept {
     if constexpr (!kVectorUnit) return c ? a : b;
     const $U m = 0u - static_cast<$U>(c);
