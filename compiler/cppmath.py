@@ -239,10 +239,13 @@ _EXP_K = """\
     const $T t = x * $LOG2E + $MAGIC;
 """
 # m_expm1: k = 0 for |x| < 1/2, else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
+# The select is of two constants (x * 0 = +-0 for the finite |x| < 1/2): the same k as
+# 'small ? MAGIC : x * LOG2E + MAGIC', with no arithmetic in an arm of the select, so no
+# branch on scalar cores (tanh, GELU layers took one side or the other per neuron).
 _EXPM1_K = """\
     // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits;
     // k = 0 for |x| < 1/2: else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
-    const $T t = mx_select(mx_fabs(x) < $HALF, $MAGIC, x * $LOG2E + $MAGIC);
+    const $T t = x * mx_select(mx_fabs(x) < $HALF, $ZERO, $LOG2E) + $MAGIC;
 """
 
 # Shared by m_exp and m_expm1 (after $EXP_K). Arguments past the saturation thresholds give
