@@ -29,15 +29,20 @@ def sel(cond: str, a: str, b: str) -> str:
 
 
 def sigmoid_lines(arg: str, L: Literal, complement: bool = True) -> list[str]:
-    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1."""
+    """s = sigmoid(arg) and (if asked) sc = 1 - s without cancellation, from e = exp(-|arg|) <= 1.
+    Written so scalar cores take no sign-dependent branch: |arg| by mx_fabs, and s, sc as r times
+    a select between 1 and e (the product by 1 is exact, so the values are those of
+    'arg >= 0 ? r : e r'), which GCC turns into a conditional move, where it turned the two
+    swapped selects of r and e r into a branch (instruction count per call then followed
+    the number of negative pre-activations)."""
     pos = f"({arg}) >= {L(0)}"
     lines = [
-        f"const scalar e = m_exp(-{sel(f'({arg}) < {L(0)}', f'-({arg})', f'({arg})')});",
+        f"const scalar e = m_exp(-mx_fabs({arg}));",
         f"const scalar r = {L(1)} / ({L(1)} + e);",
-        f"const scalar s = {sel(pos, 'r', 'e * r')};",
+        f"const scalar s = r * {sel(pos, L(1), 'e')};",
     ]
     if complement:
-        lines.append(f"const scalar sc = {sel(pos, 'e * r', 'r')};")
+        lines.append(f"const scalar sc = r * {sel(pos, 'e', L(1))};")
     return lines
 
 

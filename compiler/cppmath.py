@@ -52,7 +52,10 @@ below the result's rounding in every case.
 
 * exp, expm1: k = round(x / ln2) by adding and subtracting 1.5 * 2^23 / 2^52 (round to
   nearest without any float->int conversion, so NaN or huge inputs are never UB; the
-  integer k is read from the bits of the sum), and k = 0 for |x| < 1/2.
+  integer k is read from the bits of the sum); expm1 only: k = 0 for |x| < 1/2 (exp
+  rounds for every x, so its instruction count does not depend on x: a select there is
+  a branch on scalar cores, and softplus / sigmoid layers took one side or the other per
+  neuron -- 1% instruction jitter per call on a Cortex-M4F).
   r = x - k ln2 with ln2 = LN2_HI + LN2_LO (Cody-Waite; LN2_HI has 15 / 32 significant
   bits, so k LN2_HI and x - k LN2_HI are exact), |r| <= 1/2, kept as r + rc.
   e^r - 1 - r = r^2 P(r), P of degree 6 / 11 on |r| <= 0.5005 (err 2^-30.5 / 2^-58.3).
@@ -228,12 +231,27 @@ _DOUBLE = {
              "0.052168895498361026", "-0.04493073685623778", "0.03314600287015154", "-0.014790118557769634"],
 }
 
-# Shared by m_exp and m_expm1. Arguments past the saturation thresholds give unused garbage.
-_EXP_REDUCE = """\
+# How m_exp and m_expm1 pick k = round(x / ln2) (adding 1.5*2^p rounds to an integer in the
+# low mantissa bits). m_exp: always, so its cost does not depend on x (a select here is a
+# branch on scalar cores: softplus / sigmoid layers took one path or the other per neuron).
+_EXP_K = """\
+    // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits.
+    const $T t = x * $LOG2E + $MAGIC;
+"""
+# m_expm1: k = 0 for |x| < 1/2, else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
+# The select is of two constants (x * 0 = +-0 for the finite |x| < 1/2): the same k as
+# 'small ? MAGIC : x * LOG2E + MAGIC', with no arithmetic in an arm of the select, so no
+# branch on scalar cores (tanh, GELU layers took one side or the other per neuron).
+_EXPM1_K = """\
     // k = round(x / ln2): adding 1.5*2^p rounds to an integer in the low mantissa bits;
     // k = 0 for |x| < 1/2: else expm1 = 2 (1/2 + r + ...) would cancel for r near -ln2/2.
-    const $T t = mx_select(mx_fabs(x) < $HALF, $MAGIC, x * $LOG2E + $MAGIC);
-    const $T kf = t - $MAGIC;  // k, exact
+    const $T t = x * mx_select(mx_fabs(x) < $HALF, $ZERO, $LOG2E) + $MAGIC;
+"""
+
+# Shared by m_exp and m_expm1 (after $EXP_K). Arguments past the saturation thresholds give
+# unused garbage.
+_EXP_REDUCE = """\
+$EXP_K    const $T kf = t - $MAGIC;  // k, exact
     const $U k = mx_bits(t) - mx_bits($MAGIC);  // k as a two's-complement word
     const $T rh = x - kf * $LN2_HI;  // exact (Cody-Waite, Sterbenz)
     const $T rl = -(kf * $LN2_LO);
@@ -292,7 +310,9 @@ inline $T mx_copysign($T mag, $T sgn) noexcept {
 // -ftrapping-math) sinks the arithmetic of each arm of a floating-point ?: into a branch
 // and then cannot if-convert it, which stops loops from vectorizing; a mask select keeps
 // them straight-line. Scalar cores (Cortex-M, Xtensa) keep the ?:, a conditional move
-// there (Cortex-M4F, pendulum order 2: 31,280 instructions a call, 36,840 with masks).
+// there (Cortex-M4F, pendulum order 2: 30,720 instructions a call, 35,240 with masks).
+// A ?: whose arm holds arithmetic can still become a branch there: keep such selects out
+// of paths whose cost should not depend on the data (m_exp has none before saturation).
 inline $T mx_select(bool c, $T a, $T b) noexcept {
     if constexpr (!kVectorUnit) return c ? a : b;
     const $U m = 0u - static_cast<$U>(c);
@@ -303,7 +323,7 @@ inline $T mx_pow2($U k) noexcept { return mx_real((k + $BIAS) << $MANT); }
 
 // e^x. Overflow -> +inf, underflow -> correctly scaled subnormal or 0.
 inline $T m_exp($T x) noexcept {
-$EXP_REDUCE\
+$EXP_REDUCE_EXP\
     const $T s = $ONE + rh;  // Fast2Sum: s + e = 1 + rh
     const $T e = rh - (s - $ONE);
     const $T y = s + (e + (rl + p));  // e^r
@@ -314,7 +334,7 @@ $EXP_REDUCE\
 
 // e^x - 1, accurate relative to its value near 0. expm1(-inf) = -1.
 inline $T m_expm1($T x) noexcept {
-$EXP_REDUCE\
+$EXP_REDUCE_EXPM1\
     const $T d = mx_pow2(0u - k1) * mx_pow2(0u - k2);  // 2^-k, exact (maybe subnormal)
     const $T a = $ONE - d;  // TwoSum: a + ae = 1 - 2^-k exactly
     const $T ab = a - $ONE;
@@ -457,7 +477,8 @@ def math_source(scalar: str, functions=None) -> str:
                   P_TANH=_horner("z", spec["tanh"], suf), P_ERF=_horner("v", spec["erf"], suf),
                   P_ERFC=_horner("w", spec["erfc"], suf), P_SIN=_horner("z", spec["sin"], suf),
                   P_COS=_horner("z", spec["cos"], suf), P_ATAN=_horner("z", spec["atan"], suf))
-    values["EXP_REDUCE"] = Template(_EXP_REDUCE).substitute(values)
+    for key, k_line in (("EXP_REDUCE_EXP", _EXP_K), ("EXP_REDUCE_EXPM1", _EXPM1_K)):
+        values[key] = Template(_EXP_REDUCE).substitute(values, EXP_K=Template(k_line).substitute(values))
     values["TRIG_REDUCE"] = Template(_TRIG_REDUCE).substitute(values)
     # The text is the helpers, then one blank-line-separated block per function in MATH_FUNCTIONS order.
     prelude, *blocks = Template(_TEMPLATE).substitute(values).split("\n\n")
