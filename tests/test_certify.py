@@ -302,7 +302,7 @@ def test_a_state_scaled_margin_counts_its_least_value_for_the_period_and_its_lar
     rng = np.random.default_rng(3)
     x = rng.uniform(-3, 3, size=(40_000, 2))
     h, _, _ = _torch_terms(seq, x)
-    centres = x[np.abs(h) < 0.05][:12]
+    centres = x[np.abs(h) < 0.05][:40]
     eps, half = SHARP_MARGIN, 0.05
     differ = 0
     for c in centres:

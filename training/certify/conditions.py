@@ -24,10 +24,11 @@ import numpy as np
 from compiler.interval import Interval
 
 from .problem import Problem
-from .sampled import level_drop, min_over_admissible, taylor_level, tube
-from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate, sup_over_inputs
+from .sampled import row_rounding, admissible_slices, level_drop, min_over_admissible, taylor_level, tube
+from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data")
+INPUT_SLICES = 8       # the input box cut along one input for the curvature bound (one jet evaluation)
 
 
 @dataclass
@@ -156,16 +157,25 @@ def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval,
       + T min(0, d/dt phi_u over the tube) (mean value theorem in time);
     * level (``sampled.taylor_level``): h(x(t)) >= h(x_k) + t d/dt h(x_k) + t^2/2 min d2/dt2 h,
       with d/dt h(x_k) the filter's own float32 number less the header's rounding bound.
-    The float32 enclosure over the box holds the exact values too, so it bounds phi_u there."""
+    The float32 enclosure over the box holds the exact values too, so it bounds phi_u there.
+    The curvature counts only over the inputs the filter may return (``admissible_slices``):
+    near the set's edge the row rules out the inputs that would bend h down the most."""
     plant = plant_terms(problem.plant, R, 1, with_input_jacobian=True)
     gamma = problem.gains["gamma"]
-    h, second, first = row_rate(problem.model, plant, R, problem.u_lo, problem.u_hi)
-    rate = second + gamma * first
+    tau = row_rounding(t32.h[idx], t32.Lf[idx], a32, gamma, eps, problem.u_lo, problem.u_hi)
+    slices = admissible_slices(a32, b32.hi, eps, tau, problem.u_lo, problem.u_hi, INPUT_SLICES)
+    h, rates = row_rate_slices(problem.model, plant, R, [(lo, hi) for lo, hi, _ in slices])
+    second_lo, rate_lo = np.full(len(idx), np.inf), np.full(len(idx), np.inf)
+    for (_, _, possible), (second, first) in zip(slices, rates):
+        second_lo = np.where(possible, np.minimum(second_lo, second.lo), second_lo)
+        rate_lo = np.where(possible, np.minimum(rate_lo, (second + gamma * first).lo), rate_lo)
+    none = ~np.isfinite(second_lo)          # no admissible input at all: the filter is infeasible there
+    second_lo, rate_lo = np.where(none, -np.inf, second_lo), np.where(none, -np.inf, rate_lo)
     start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
-    drop = np.nextafter(problem.dt * np.minimum(rate.lo, 0.0), -np.inf)
+    drop = np.nextafter(problem.dt * np.minimum(rate_lo, 0.0), -np.inf)
     by_rate = np.nextafter(start.value + drop, -np.inf)
     u = Interval(np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float))
     F = (plant_box.f + (plant_box.G * u).sum(-1))[idx]                  # f + G u over the box, any u
     by_level = taylor_level(t32.h[idx], t32.Lf[idx], t32.LG[idx], t32.grad[idx], t32.rounding, idx, F,
-                            second.lo, gamma, eps, problem.dt, problem.u_lo, problem.u_hi)
+                            second_lo, gamma, eps, problem.dt, problem.u_lo, problem.u_hi)
     return np.maximum(by_rate, by_level), start.u, h.lo > 0

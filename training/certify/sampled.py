@@ -131,10 +131,32 @@ def tube(plant, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> 
     return Tube(t.R, np.asarray(t.ok, dtype=bool))
 
 
+def admissible_slices(a32: Interval, b32_hi: np.ndarray, eps: float | np.ndarray, tau: np.ndarray,
+                      u_lo: np.ndarray, u_hi: np.ndarray, pieces: int) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The input box cut into ``pieces`` slices along the input whose row gain spans the most,
+    each with the boxes (B,) where the filter may return an input in it: some u in the slice
+    has sup over the float32 enclosures of a~ . u + b~ >= eps - tau (its own rounding).  A
+    slice no admissible input reaches cannot be held, so the curvature over it does not count."""
+    mag = np.maximum(np.abs(a32.lo), np.abs(a32.hi)) * (u_hi - u_lo)
+    j = int(np.argmax(np.nan_to_num(np.median(mag, axis=0), nan=0.0)))
+    edges = np.linspace(u_lo[j], u_hi[j], pieces + 1)
+    out = []
+    for k in range(pieces):
+        lo, hi = np.array(u_lo, float), np.array(u_hi, float)
+        lo[j], hi[j] = edges[k], edges[k + 1]
+        if k == pieces - 1:
+            hi[j] = u_hi[j]
+        corners = np.maximum(np.maximum(a32.lo * lo, a32.lo * hi), np.maximum(a32.hi * lo, a32.hi * hi)).sum(-1)
+        reach = corners + b32_hi
+        slack = ADMISSIBLE_RTOL * (1.0 + np.abs(corners) + np.abs(b32_hi) + np.abs(eps)) + tau
+        out.append((lo, hi, ~(reach < eps - slack)))      # NaN -> possible (sound)
+    return out
+
+
 FILTER_ROUNDING = 2.0 ** -20   # the filter's float32 row and projection: 16 ulps of the magnitudes
 
 
-def _row_rounding(level32: Interval, q32: Interval, a32: Interval, gain: float, eps: float | np.ndarray,
+def row_rounding(level32: Interval, q32: Interval, a32: Interval, gain: float, eps: float | np.ndarray,
                   u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
     """tau: how far below eps the filter's float32 row at its returned input may be."""
     mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
@@ -161,7 +183,7 @@ def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a
     for corner in itertools.product((0, 1), repeat=m):    # sup E32 - inf E64 is convex in u: a vertex
         u = np.where(np.array(corner) == 0, u_lo, u_hi).astype(float)
         drift = np.maximum(drift, ((q32 + (a32 * u).sum(-1)) - (q64 + (a64 * u).sum(-1))).hi)
-    tau = _row_rounding(level32, q32, a32, gain, eps, u_lo, u_hi)
+    tau = row_rounding(level32, q32, a32, gain, eps, u_lo, u_hi)
     rate = eps - tau - drift - gain * level32.hi
     return _finish(np.maximum(level32.lo, 0.0) / T, rate, np.abs(eps) + tau + drift + gain * np.abs(level32.hi))
 
@@ -178,7 +200,7 @@ def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval
     Fmag = mag(F)
     e1 = (rounding.grad[idx] * Fmag).sum(-1) + 2.0 ** -23 * (mag(grad32) * Fmag).sum(-1)
     e1 = e1 * (1 + 1e-12) + gamma * rounding.h[idx]
-    tau = _row_rounding(h32, lf32, lg32, gamma, eps, u_lo, u_hi)
+    tau = row_rounding(h32, lf32, lg32, gamma, eps, u_lo, u_hi)
     curve = 0.5 * T * np.minimum(second_lo, 0.0)
     rate = eps - tau - e1 + curve
     credit = np.maximum(h32.lo, 0.0) * (1.0 - gamma * T) / T

@@ -68,18 +68,23 @@ def _enclose(model: Any, box: Interval, order: int, float32: bool):
     return enclose(model, box, order=order, float32=float32)
 
 
-def row_rate(model: Any, plant: PlantTerms, box: Interval, u_lo: np.ndarray, u_hi: np.ndarray
-             ) -> tuple[Interval, Interval, Interval]:
-    """(h, d2/dt2 h, d/dt h) over each box for every held u in [u_lo, u_hi], order 1, with
-    F = f + G u:  d/dt h = grad . F,  d2/dt2 h = F^T H F + grad . ((J_f + sum_j u_j J_gj) F).
-    (The rate of the row phi_u = L_f h + L_G h u + gamma h is d2/dt2 h + gamma d/dt h.)"""
+def row_rate_slices(model: Any, plant: PlantTerms, box: Interval, slices: list[tuple[np.ndarray, np.ndarray]]
+                    ) -> tuple[Interval, list[tuple[Interval, Interval]]]:
+    """[(d2/dt2 h, d/dt h)] over each box for every held u in each input slice [u_lo, u_hi],
+    order 1, with F = f + G u:  d/dt h = grad . F,  d2/dt2 h = F^T H F + grad . ((J_f + sum_j
+    u_j J_gj) F) (the rate of the row phi_u = L_f h + L_G h u + gamma h is d2/dt2 h + gamma
+    d/dt h), and h.  The network's order-2 jets over the state box are computed once; only F
+    changes with the slice."""
     jets = _enclose(model, box, 2, False)
-    u = Interval(np.asarray(u_lo, float), np.asarray(u_hi, float))
-    F = plant.f + (plant.G * u).sum(-1)
-    JF = plant.Jf + (plant.JG * u[None, :, None, None]).sum(1)
     H, grad = jets.hess, jets.grad
-    second = (H * F[:, :, None] * F[:, None, :]).sum(-1).sum(-1) + _dot(grad, (JF * F[:, None, :]).sum(-1))
-    return jets.h, second, _dot(grad, F)
+    out = []
+    for u_lo, u_hi in slices:
+        u = Interval(np.asarray(u_lo, float), np.asarray(u_hi, float))
+        F = plant.f + (plant.G * u).sum(-1)
+        JF = plant.Jf + (plant.JG * u[None, :, None, None]).sum(1)
+        second = (H * F[:, :, None] * F[:, None, :]).sum(-1).sum(-1) + _dot(grad, (JF * F[:, None, :]).sum(-1))
+        out.append((second, _dot(grad, F)))
+    return jets.h, out
 
 
 def _dot(a: Interval, b: Interval) -> Interval:
