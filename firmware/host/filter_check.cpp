@@ -6,11 +6,10 @@
 // Input:  first line "count m", then per problem one line of 2 + 4m numbers:
 //         a  margin  b[m]  u_nom[m]  u_min[m]  u_max[m]     (read as double, then rounded to T)
 // Output: per problem "status u_hex[m]" (16 hex digits of the double value of each u_j).
-#include <cinttypes>
 #include <cstdio>
-#include <cstring>
 
 #include "filter.hpp"
+#include "print_bits.hpp"
 
 namespace {
 
@@ -31,13 +30,7 @@ int solve_all(long count) {
         }
         const int status = cbf_filter::project<T, M>(a, b, un, lo, hi, margin, u);
         std::printf("%d", status);
-        for (int j = 0; j < M; ++j) {
-            const double value = static_cast<double>(u[j]);
-            std::uint64_t bits = 0;
-            std::memcpy(&bits, &value, sizeof bits);
-            std::printf(" %016" PRIx64, bits);
-        }
-        std::printf("\n");
+        print_bits(u, M);
     }
     return 0;
 }

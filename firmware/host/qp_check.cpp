@@ -7,10 +7,9 @@
 //         margin  a[K]  b[K*M] (row-major)  u_nom[M]       (read as double, rounded to float)
 //         The box is the one the solver was generated for (cbf_qp_config::kUMin/kUMax).
 // Output: per problem "status iterations u_hex[M]" (16 hex digits of each u_j as a double).
-#include <cinttypes>
 #include <cstdio>
-#include <cstring>
 
+#include "print_bits.hpp"
 #include "qp_filter.hpp"
 
 namespace {
@@ -30,13 +29,7 @@ int solve_all(long count, bool cold) {
         if (cold) cbf_qp::forget();
         const int status = cbf_qp::solve<float>(a, b, un, cbf_qp_config::kUMin, cbf_qp_config::kUMax, margin, u);
         std::printf("%d %d", status, static_cast<int>(cbfqp_solver.info->iter));
-        for (int j = 0; j < M; ++j) {
-            const double value = static_cast<double>(u[j]);
-            std::uint64_t bits = 0;
-            std::memcpy(&bits, &value, sizeof bits);
-            std::printf(" %016" PRIx64, bits);
-        }
-        std::printf("\n");
+        print_bits(u, M);
     }
     return 0;
 }
