@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from cbfsim import device
+from cbfsim.filters.base import check_margin
 from cbfsim.filters.fallback import Fallback
 from compiler.cli_errors import (OneLineParser, add_common_flags, assignment, finite_float, positive_float,
                                  positive_int, run_parsed)
@@ -192,7 +193,8 @@ def run_model(spec: str, args: argparse.Namespace, out: Path) -> dict:
 
     ref = device.reference_run(generated, config)
     host = logs["host"]
-    summary = {"model": facts, "config": {**config.__dict__, "tag": generated.tag}, "targets": {}}
+    summary = {"model": facts, "config": {**config.__dict__, "margin": check_margin(config.margin).to_dict(),
+                                          "tag": generated.tag}, "targets": {}}
     for name, log in logs.items():
         entry = device.summary(log, ref)
         entry["bit_identical_to_host"] = device.bit_identical(log, host)

@@ -7,7 +7,7 @@
   condition margin 0.1 buys the feasibility slack the margin needs: at the leftmost point of
   C, L_G h vanishes and only the tilt of the set gives sup_u hdot + h > 0.)
 * ``bicycle``: kinematic bicycle lane keeping, Softplus 4-32-32-1, order 1, certified for a
-  5 ms zero-order hold.  The lane constraint has relative degree 2 (steering reaches p_y only
+  2 ms zero-order hold.  The lane constraint has relative degree 2 (steering reaches p_y only
   through psi), so a first-order barrier must depend on psi.  It reads (p_y, psi) only
   (input_mask; the exported first layer has exactly-zero p_x and v columns): the dynamics are
   invariant to p_x, and in arclength the condition does not depend on v.  So the filter's
@@ -47,7 +47,7 @@ PRESETS: dict[str, TrainConfig] = {
         domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
         backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], label_lost=True, safe_fraction=0.1,
         condition_margin=0.45, margin_scale=[0.0, 0.0, 0.0, 0.0, 0.1],
-        w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.005),
+        w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.002),
     "pendulum": TrainConfig(
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],

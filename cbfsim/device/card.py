@@ -57,7 +57,7 @@ MODELS_DIR = Path(__file__).resolve().parents[2] / "experiments" / "models"
 SHIPPED_RUNS: dict[str, dict[str, Any]] = {
     "vdp": {"nominal": "zero", "x0": (0.5, 0.0), "t_final": 10.0},
     "pendulum": {"nominal": "pd", "x0": (0.0, 0.0), "t_final": 10.0},
-    "bicycle": {"nominal": "drift", "x0": (0.0, 0.0, 0.0, 10.0), "dt": 0.01, "t_final": 5.0},
+    "bicycle": {"nominal": "drift", "x0": (0.0, 0.0, 0.0, 10.0), "t_final": 5.0},
 }
 
 
