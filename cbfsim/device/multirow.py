@@ -64,6 +64,10 @@ class MultiRowCase:
     names: tuple[str, ...]
 
 
+MULTIROW_DT, MULTIROW_STEPS = 0.01, 500      # 5 s at 100 Hz (the lane barrier's certified hold is 2 ms;
+#                                            the speed-limit row is not certified, so this run shows the QP)
+
+
 def bicycle_case(v_max: float = 12.0, v_ref: float = 14.0, steps: int | None = None) -> MultiRowCase:
     """The shipped bicycle run (card, nominal 'drift', x0, 10 ms hold) with v_ref raised above
     the speed limit v_max: the lane barrier and h2 = v_max - v both bind."""
@@ -71,7 +75,7 @@ def bicycle_case(v_max: float = 12.0, v_ref: float = 14.0, steps: int | None = N
     if not v_max > run.config.x0[3]:
         raise DeviceConfigError(f"v_max must exceed the initial speed {run.config.x0[3]} (x0 inside the safe set), got {v_max}")
     params = {**run.config.params, "v_ref": float(v_ref)}
-    config = dataclasses.replace(run.config, params=params, **({"steps": int(steps)} if steps else {}))
+    config = dataclasses.replace(run.config, params=params, dt=MULTIROW_DT, steps=int(steps or MULTIROW_STEPS))
     return MultiRowCase(run.model, config, ((speed_limit_barrier(v_max), "speed"),), ("barrier", "speed"))
 
 
