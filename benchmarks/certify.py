@@ -60,7 +60,8 @@ def table(rows: list[dict], target: dict[str, float]) -> str:
         c = r["cert"]
         b = c.boxes
         verdict = "certified" if c.certified else "not certified"
-        lines.append(f"| {r['name']} | {c.dt:g} | {verdict} | {c.margin:g} | {b['proven']} / {b['refuted']} / "
+        scaled = "" if c.margin_scale is None else " · σ(x)"      # eps (bias + w.x), training/margin.py
+        lines.append(f"| {r['name']} | {c.dt:g} | {verdict} | {c.margin:g}{scaled} | {b['proven']} / {b['refuted']} / "
                      f"{b['undecided']} | {c.certified_coverage:.1%} ({c.sampled_coverage:.1%}) | "
                      f"{c.reason or '-'} | {r['wall']:.1f} (<= {target[r['name']]:g}) | "
                      f"{r['verify_s']:.1f} ({'pass' if r['verify_passed'] else 'fail'}) |")
