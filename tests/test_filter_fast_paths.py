@@ -104,3 +104,37 @@ def test_switch_turns_every_filter_fast_path_off(monkeypatch):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                              env={**os.environ, "CBFSIM_FAST_PATHS": value}).stdout.strip()
         assert out == expected
+
+
+@pytest.mark.parametrize("kind", ["projection", "osqp"])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_state_scaled_margin_is_the_constant_margin_eps_sigma_x_at_each_state(kind, fast):
+    """A filter with margin eps (bias + w.x) (training/margin.py) returns, at every state, the
+    bits of a filter whose constant margin is that state's eps (bias + w.x), one state at a
+    time (fast path or not) and in a batch; the reference is the projection's closed form."""
+    from cbfsim.filters.projection import project_halfspace_box
+    from training.margin import margin_from
+    rng = np.random.default_rng(4)
+    scaled = margin_from(0.3, [0.5, 0.0, 0.25])
+    make = (lambda m: CBFProjection((np.array([-2.0]), np.array([2.0])), Linear(1.0), margin=m)) if kind == "projection" \
+        else (lambda m: CBFQP((np.array([-2.0]), np.array([2.0])), Linear(1.0), margin=m))
+    x = rng.uniform(-1.5, 1.5, size=(40, 2))
+    h, lf, lg = rng.uniform(-0.5, 1, 40), rng.normal(size=40), rng.normal(size=40)
+    u_nom = rng.uniform(-3, 3, size=40)
+    eps = 0.3 * (0.5 + 0.25 * x[:, 1])
+    previous = set_fast_paths(fast)
+    try:
+        filt, one = make(scaled), []
+        for i in range(40):
+            filt.reset()                  # no warm start: each state is solved as from scratch
+            terms = LieTerms(h[i:i + 1], lf[i:i + 1], lg[i:i + 1, None])
+            one.append(filt.filter(x[i:i + 1], u_nom[i:i + 1, None], terms).u[0, 0])
+            assert one[i] == make(float(eps[i])).filter(x[i:i + 1], u_nom[i:i + 1, None], terms).u[0, 0]
+        batch = make(scaled).filter(x, u_nom[:, None], LieTerms(h, lf, lg[:, None])).u[:, 0]
+    finally:
+        set_fast_paths(previous)
+    gain = np.abs(lg)                   # the filters' rows are normalised to unit gain
+    exact = project_halfspace_box((lf + h - eps) / gain, (lg / gain)[:, None], u_nom[:, None], np.array([-2.0]),
+                                  np.array([2.0]), slack_penalty=1e6).u[:, 0]
+    np.testing.assert_allclose(batch, exact, atol=1e-7)
+    np.testing.assert_allclose(one, exact, atol=1e-7)

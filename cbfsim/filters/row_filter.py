@@ -22,9 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from . import _fast
 from training.margin import Margin
 
+from . import _fast
 from .base import FilterResult, RowSolver, check_margin, nominal_batch
 from .fallback import Fallback, FaultPolicy
 
