@@ -24,7 +24,7 @@ import numpy as np
 from compiler.interval import Interval
 
 from .problem import Problem
-from .sampled import row_rounding, admissible_slices, level_drop, min_over_admissible, taylor_level, tube
+from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data")
