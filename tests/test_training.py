@@ -267,16 +267,15 @@ def test_a_margin_scale_scales_the_trained_and_checked_condition_margin_and_a_ne
     """With ``margin_scale`` the trainer's loss and check ask for condition_margin (bias + w.x)
     at each state (the room the scaled filter margin needs), and a scale that goes negative on
     the training box is a one-line ConfigError."""
-    from training.check import condition_margin
     from training.config import validate
-    from training.losses import _condition_margin
+    from training.margin import condition_margin
     system = get_system("bicycle")
     cfg = TrainConfig(system="bicycle", condition_margin=0.4, margin_scale=[0.0, 0.0, 0.0, 0.0, 0.1],
                       domain_lo=[-10, -3.5, -1, 2], domain_hi=[10, 3.5, 1, 15])
     validate(cfg, system)
     x = np.random.default_rng(0).uniform(cfg.domain_lo, cfg.domain_hi, size=(50, 4))
     np.testing.assert_allclose(condition_margin(cfg, x), 0.04 * x[:, 3], rtol=1e-12)
-    np.testing.assert_allclose(_condition_margin(cfg, torch.tensor(x)).numpy(), 0.04 * x[:, 3], rtol=1e-12)
+    np.testing.assert_allclose(condition_margin(cfg, torch.tensor(x)).numpy(), 0.04 * x[:, 3], rtol=1e-12)
     assert condition_margin(cfg.replace(margin_scale=None), x) == 0.4
     with pytest.raises(ConfigError, match="falls to .* < 0 on the domain"):
         validate(cfg.replace(margin_scale=[0.0, 0.0, 0.0, 0.0, -0.1]), system)

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .lie import lie_terms, psi1, residual
-from .margin import margin_from
+from .margin import condition_margin
 from .samplers import ConstraintTools, level_set, system_terms, uniform
 
 
@@ -71,14 +71,6 @@ def certified_value(barrier: torch.nn.Module, system, x: np.ndarray, cfg) -> np.
     t = lie_terms(barrier, xt, torch.as_tensor(terms["f"], dtype=xt.dtype), torch.as_tensor(terms["G"], dtype=xt.dtype),
                   1, create_graph=False)
     return torch.minimum(t.h, psi1(t, cfg.alpha1)).detach().numpy()
-
-
-def condition_margin(cfg, x: np.ndarray) -> np.ndarray | float:
-    """condition_margin at states x, scaled like the filter's margin when the config has a
-    ``margin_scale`` (training/margin.py)."""
-    if cfg.margin_scale is None:
-        return cfg.condition_margin
-    return np.asarray(margin_from(cfg.condition_margin, cfg.margin_scale).at(x))
 
 
 def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: np.ndarray, hi: np.ndarray,

@@ -14,6 +14,7 @@ import numpy as np
 import torch
 
 from .lie import Terms, psi1, residual
+from .margin import condition_margin
 
 
 @dataclass
@@ -42,16 +43,6 @@ def _drift_scale(t: Terms, order: int, u_min, u_max) -> torch.Tensor:
     return t.Lf2.abs() + (t.LGLf.abs() * bound).sum(-1)
 
 
-def _condition_margin(cfg, x: torch.Tensor) -> torch.Tensor | float:
-    """The margin the residual must clear: condition_margin, scaled like the filter's margin
-    when the config has a ``margin_scale`` (training/margin.py), so the room trained for is
-    the room the certified filter needs at every state."""
-    if cfg.margin_scale is None:
-        return cfg.condition_margin
-    bias, *weights = cfg.margin_scale
-    return cfg.condition_margin * (bias + x @ torch.tensor(weights, dtype=x.dtype))
-
-
 def barrier_loss(t: Terms, batch: Batch, cfg, u_min, u_max) -> tuple[torch.Tensor, dict[str, float]]:
     """Weighted sum of the hinge penalties; also returns each part (floats) for logging."""
     relu = torch.relu
@@ -76,7 +67,7 @@ def barrier_loss(t: Terms, batch: Batch, cfg, u_min, u_max) -> tuple[torch.Tenso
     # every order-2 residual).
     td = Terms(h.detach(), t.Lf, t.LG, t.Lf2, t.LGLf)
     res, _, _ = residual(td, cfg.order, u_min, u_max, cfg.gamma, cfg.alpha1, cfg.alpha2)
-    shortfall = relu(_condition_margin(cfg, batch.x) - res) / (1.0 + _drift_scale(t, cfg.order, u_min, u_max).detach())
+    shortfall = relu(condition_margin(cfg, batch.x) - res) / (1.0 + _drift_scale(t, cfg.order, u_min, u_max).detach())
     if cfg.order == 1:
         leave = relu(h + cfg.band)
         pos_cost = shortfall

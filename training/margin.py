@@ -72,10 +72,13 @@ class Margin:
         """For summaries and metadata: {"margin": eps, "margin_scale": [bias, w...] or None}."""
         return {"margin": self.eps, "margin_scale": self.scale}
 
-    def at(self, x: np.ndarray) -> np.ndarray | float:
-        """eps * sigma at states x (B, n) -> (B,); a constant margin returns the float eps."""
+    def at(self, x: Any) -> Any:
+        """eps * sigma at states x (B, n) -> (B,), numpy or torch (the trainer's batches); a
+        constant margin returns the float eps."""
         if self.weights is None:
             return self.eps
+        if type(x).__module__.startswith("torch"):
+            return self.eps * (self.bias + x @ x.new_tensor(self.weights))
         x = np.asarray(x, dtype=np.float64)
         return self.eps * (self.bias + x @ np.asarray(self.weights))
 
@@ -132,3 +135,10 @@ def card_scale(config: dict[str, Any]) -> list[float] | None:
     """The card config's ``margin_scale`` (None: constant margin)."""
     scale = config.get("margin_scale")
     return None if scale is None else [float(v) for v in scale]
+
+
+def condition_margin(cfg: Any, x: Any) -> Any:
+    """The trainer's condition margin at states x (numpy or torch): condition_margin, scaled
+    like the filter's margin when the config has a ``margin_scale``, so the room trained and
+    checked for is the room the certified filter needs at every state."""
+    return margin_from(cfg.condition_margin, cfg.margin_scale).at(x)

@@ -7,20 +7,12 @@
 #include <cstdio>
 #include <cstring>
 
-inline void print_bits(const float* u, int count) {
+template <typename T>
+inline void print_bits(const T* u, int count) {
     for (int j = 0; j < count; ++j) {
         const double value = static_cast<double>(u[j]);
         std::uint64_t bits = 0;
         std::memcpy(&bits, &value, sizeof bits);
-        std::printf(" %016" PRIx64, bits);
-    }
-    std::printf("\n");
-}
-
-inline void print_bits(const double* u, int count) {
-    for (int j = 0; j < count; ++j) {
-        std::uint64_t bits = 0;
-        std::memcpy(&bits, &u[j], sizeof bits);
         std::printf(" %016" PRIx64, bits);
     }
     std::printf("\n");

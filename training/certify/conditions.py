@@ -54,13 +54,12 @@ def constraint_row(t: Terms, problem: Problem) -> tuple[Interval, Interval]:
     return t.LGLf, t.L2 + g["alpha1"] * t.Lf + g["alpha2"] * t.psi1
 
 
-def _in_set_row(t: Terms, problem: Problem) -> Interval:
+def _in_set_row(t: Terms, problem: Problem, b: Interval) -> Interval:
     """b of the constraint row over the box's states in the set, where feasibility is asked:
     order 1, h >= 0 there, so gamma h >= -gamma e_h for the header's float32 h (rounding
     bound e_h), however far below 0 the box's enclosure of h reaches.  Without this, a box
     on the boundary carries -gamma times the variation of h across it and must be split
-    until that is below the margin.  (Order 2: the plain row.)"""
-    _, b = constraint_row(t, problem)
+    until that is below the margin.  (Order 2: the plain row b.)"""
     if problem.order != 1 or t.rounding is None:
         return b
     floor = -np.asarray(t.rounding.h, dtype=float)
@@ -92,7 +91,7 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     cont = np.where(c.lo >= 0, inf, cont)
 
     a32, b32 = constraint_row(t32, problem)
-    phi = _in_set_row(t32, problem) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
+    phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
     feas = np.where(meets, phi.lo - eps_hi, inf)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
