@@ -79,6 +79,7 @@ def _embedding_class():
             return f"n={self.n}, periods={self.periods}"
 
     PeriodicEmbedding.__module__ = __name__
+    PeriodicEmbedding.__qualname__ = "PeriodicEmbedding"
     _CLASS.append(PeriodicEmbedding)
     return PeriodicEmbedding
 
