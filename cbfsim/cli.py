@@ -111,17 +111,22 @@ the control period; counterexamples are confirmed in float64. Exit status: 0 cer
 3 not certified (counterexamples or undecided boxes listed), 1 error, 2 usage."""
 
 
+DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
+
+
 def _certify_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cbfsim certify", description=CERTIFY_HELP)
     parser.add_argument("model", type=Path, help="the barrier (ONNX)")
     parser.add_argument("card", type=Path, help="its model card (model.json)")
     parser.add_argument("--dt", type=nonnegative_float, default=None,
                         help="control period in seconds (default: the card's config.dt_control, else 0)")
-    parser.add_argument("--time-limit", type=nonnegative_float, default=None,
-                        help="seconds before giving up (not certified; 0: at once)")
+    parser.add_argument("--time-limit", type=nonnegative_float, default=DEFAULT_TIME_LIMIT,
+                        help=f"seconds before giving up with a verdict of not certified (default {DEFAULT_TIME_LIMIT:g}; "
+                             "0: at once); a falsifier runs first, so a wrong barrier is refuted in seconds")
     parser.add_argument("--margin", type=nonnegative_float, default=None,
-                        help="filter margin eps (default: the smallest of the ladder 3 ... 0.001 that certifies; "
-                             "times the card's margin_scale bias + w.x when it has one)")
+                        help="filter margin eps (default: search between the largest feasible and the smallest "
+                             "sampled-safe margin, starting from the card's recorded margin; times the card's "
+                             "margin_scale bias + w.x when it has one)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
     add_common_flags(parser)
     return parser

@@ -28,6 +28,7 @@ from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
 from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
                         load_certificate, report as report_findings)
+from .claim import load_claim
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
 from .trajectory import RunStatus, Trajectory
@@ -52,17 +53,20 @@ class ExperimentSpec:
     models_dir: Path = field(default=Path(__file__).resolve().parent.parent / "experiments" / "models")
 
 
-def _filters(card, system, order: int, margin: float = 0.0):
+def _filters(card, system, order: int, margin: float = 0.0, faces: tuple = ()):
     """(batched filter: exact projection, showcase filter: OSQP), from the card's class-K gains,
     each enforcing its constraint row with ``margin`` (the certificate's filter margin eps: the
-    certificate holds only for a filter that enforces exactly that margin)."""
+    certificate holds only for a filter that enforces exactly that margin) and the certificate's
+    face rows (then both are OSQP: the projection is for one row)."""
     gains = card.gains
     if order == 1:
         alpha = Linear(gains["gamma"])
+        if faces:
+            return CBFQP(system, alpha, margin=margin, faces=faces), CBFQP(system, alpha, margin=margin, faces=faces)
         return CBFProjection(system, alpha, margin=margin), CBFQP(system, alpha, margin=margin)
     alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
-    return (HOCBFQP(system, alpha1, alpha2, solver="projection", margin=margin),
-            HOCBFQP(system, alpha1, alpha2, solver="osqp", margin=margin))
+    return (HOCBFQP(system, alpha1, alpha2, solver="osqp" if faces else "projection", margin=margin, faces=faces),
+            HOCBFQP(system, alpha1, alpha2, solver="osqp", margin=margin, faces=faces))
 
 
 def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
@@ -135,8 +139,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
     barrier = CompiledBarrier(lib)
     certificate = load_certificate(card_path)
-    margin = certified_margin(certificate)
-    batch_filter, showcase_filter = _filters(card, system, order, margin)
+    claim = load_claim(card_path, card, system, onnx_path)
+    margin = claim.margin if claim.holds else certified_margin(None)
+    dt_control = claim.dt if claim.holds and claim.dt else spec.dt_control   # the period the proof is for
+    batch_filter, showcase_filter = _filters(card, system, order, margin, claim.faces if claim.holds else ())
     lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
     runs = spec.runs if runs is None else runs
     t_final = spec.t_final if t_final is None else t_final
@@ -145,10 +151,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
     X0 = _initial_states(certified, lo, hi, runs, seed)
     showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
-    findings = card_findings(card, certificate) + initial_state_findings(
-        system.constraint(showcase_x0), certified(showcase_x0))
+    findings = card_findings(card, certificate) + claim.findings + initial_state_findings(
+        system.constraint(showcase_x0), certified(showcase_x0)) + claim.domain_findings(showcase_x0)
     preflight = report_findings(findings, strict, where=f"experiment {spec.name}")
-    common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
+    common = dict(t_final=t_final, dt_control=dt_control, dt_int=spec.dt_int)
     filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
     nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)
     showcase = simulate(system, barrier, showcase_filter, spec.controller, showcase_x0[0], **common)
@@ -156,13 +162,19 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     showcase_nominal = simulate_batch(system, barrier, None, spec.controller, showcase_x0, order=order, **common)
     report = verify(lib, card_path, samples=spec.verify_samples if verify_samples is None else verify_samples)
 
+    excursions = claim.excursions(filtered.x, certified, system.state_names) if claim.holds else []
     min_f, viol_f = _constraint_stats(system, filtered)
     min_n, viol_n = _constraint_stats(system, nominal)
     min_s, viol_s = _constraint_stats(system, showcase)
     summary: dict[str, Any] = {
         "experiment": spec.name, "system": system.name, "order": order,
         "controller": spec.controller, "model": str(onnx_path.name),
-        "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": spec.dt_control, "t_final": t_final,
+        "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": dt_control, "t_final": t_final,
+        # runs of the filtered batch that left the certified set or the certified domain: first step and state
+        "runs_left_certified_set": len({e["run"] for e in excursions if e["kind"] == "left_certified_set"}),
+        "runs_left_domain": len({e["run"] for e in excursions if e["kind"] == "left_domain"}),
+        "excursions": excursions[:50],
+        "face_rows": [face.label for face in claim.faces] if claim.holds else [],
         "min_constraint_filtered": min(min_f, min_s), "min_constraint_nominal": min_n,
         "violations_filtered": viol_f + viol_s, "violations_nominal": viol_n,
         "qp_infeasible_steps": int(np.sum(filtered.status == FilterStatus.SLACK_ACTIVE)
@@ -220,6 +232,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("min constraint, nominal", f"{summary['min_constraint_nominal']:.4g}"),
         ("runs leaving the set, filtered", summary["violations_filtered"]),
         ("runs leaving the set, nominal", summary["violations_nominal"]),
+        ("runs leaving the certified set / domain", f"{summary.get('runs_left_certified_set', 0)} / "
+                                                     f"{summary.get('runs_left_domain', 0)}"),
         ("QP infeasible steps (slack active)", summary["qp_infeasible_steps"]),
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),

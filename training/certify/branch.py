@@ -43,7 +43,7 @@ class SearchResult:
     undecided_boxes: list[dict[str, Any]] = field(default_factory=list)
     volume_safe: float = 0.0        # proven boxes wholly inside the certified set (relative volume)
     straddling: list = field(default_factory=list)   # proven boxes meeting the set's boundary: (lo, hi)
-    open_faces: bool = False        # a box that may meet the set touches a face of the domain
+    touched: Any = None             # bool (n, 2): a proven box that may meet the set touches the lower/upper face
     stopped: str = ""               # why the search ended early ("", "counterexample", "time", "budget")
     rounding: str = ""              # the float32 rounding bound's statement
     rounding_max: dict[str, float] = field(default_factory=lambda: {"h": 0.0, "grad": 0.0})
@@ -58,7 +58,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
     """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes."""
     span = problem.hi - problem.lo
     split = problem.splittable
-    res = SearchResult(eps)
+    res = SearchResult(eps, touched=np.zeros((problem.n, 2), dtype=bool))
     lo, hi = problem.lo[None, :].copy(), problem.hi[None, :].copy()
     score = np.zeros(1)
     done_volume = 0.0
@@ -86,8 +86,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         edge = proven & bounds.meets_set & ~bounds.inside_set
         if edge.any():
             res.straddling.append((blo[edge], bhi[edge]))
-        touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
-        res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
+        reaching = leaf & bounds.meets_set
+        res.touched[:, 0] |= np.any(reaching[:, None] & (blo <= problem.lo), axis=0)
+        res.touched[:, 1] |= np.any(reaching[:, None] & (bhi >= problem.hi), axis=0)
         open_ = ~leaf
         dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), split, span)
         too_small = rel[np.arange(len(dim)), dim] < min_width

@@ -50,6 +50,9 @@ class Certificate:
     #                                            rollout from x keeps the constraint), seeded samples
     margin_scale: list[float] | None = None   # [bias, w_1..w_n]: the filter enforces margin * (bias + w.x)
     #                                           (training/margin.py); None: the constant margin
+    coordinates: list[dict[str, Any]] = field(default_factory=list)   # per state: name, case (irrelevant,
+    #                                           periodic, enforced, barrier, open), why, lo, hi (api.domain_coordinates)
+    faces: dict[str, dict[str, float]] = field(default_factory=dict)  # the face rows the filter must enforce
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -73,13 +76,16 @@ class Certificate:
             ce = f", {len(res.counterexamples)} counterexample(s)" if res.counterexamples else ""
             lines.append(f"  {name:<12} {'proven' if res.proven else 'not proven'}{ce}")
             for c in res.counterexamples[:3]:
-                extra = f" u={_fmt(c['u'])}" if "u" in c else ""
+                extra = (f" u={_fmt(c['u'])}" if "u" in c else "") + (f" (margin {c['margin']:g})" if "margin" in c else "")
                 lines.append(f"    x={_fmt(c['x'])}{extra}: {c['quantity']} = {c['value']:.4g}")
         b = self.boxes
         lines.append(f"  boxes: {b['proven']} proven, {b['refuted']} refuted, {b['undecided']} undecided "
                      f"({b['evaluated']} evaluated)")
         lines.append(f"  certified coverage {self.certified_coverage:.1%} (sound), "
-                     f"{self.sampled_coverage:.1%} (sampled estimate); closed in the domain: {self.closed_in_domain}")
+                     f"{self.sampled_coverage:.1%} (sampled estimate)")
+        if self.coordinates:
+            lines.append("  closed: " + ("yes" if self.closed_in_domain else "no") + " -- " +
+                         ", ".join(f"{c['name']} {c['case']}" for c in self.coordinates))
         if self.backup_safe_coverage is not None:
             lines.append(f"  backup-safe states in the certified set: {self.backup_safe_coverage:.1%} (sampled estimate)")
         if self.reason:

@@ -25,6 +25,7 @@ from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
+from .faces import joint_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data")
@@ -91,8 +92,13 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     cont = np.where(c.lo >= 0, inf, cont)
 
     a32, b32 = constraint_row(t32, problem)
-    phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
-    feas = np.where(meets, phi.lo - eps_hi, inf)
+    if problem.faces:      # one input for the barrier's row and every enforced face's row at once
+        rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
+        rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
+        feas = np.where(meets, joint_feasibility(rows, problem.u_lo, problem.u_hi), inf)
+    else:
+        phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
+        feas = np.where(meets, phi.lo - eps_hi, inf)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
@@ -123,9 +129,27 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
     value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
-    score[idx] = np.where(reach.ok, np.where(stays, np.inf, value), -np.inf)
+    value = np.where(stays, np.inf, value)
+    for face in problem.faces:
+        value = np.minimum(value, _face_sampled(problem, face, plant, sub, R, idx))
+    score[idx] = np.where(reach.ok, value, -np.inf)
     worst_u[idx] = u
     return score, worst_u
+
+
+FACE_ROUNDING = 1e-9      # the face row's float64 evaluation in the filter: admit inputs this far below it
+
+
+def _face_sampled(problem: Problem, face, plant: PlantTerms, box: Interval, R: Interval, idx: np.ndarray) -> np.ndarray:
+    """Lower bound of min over the inputs the face's row admits at x_k and the tube R of the
+    row (+inf where the tube cannot reach the face within the period): >= 0 keeps
+    d/dt c >= -gamma c, so c >= 0, over the whole period (module sampled, the rate route)."""
+    c_min = face.bound - R.hi[:, face.coord] if face.side > 0 else R.lo[:, face.coord] - face.bound
+    b_box, a_box = face.row_enclosure(plant.f[idx], plant.G[idx], box)
+    tube_plant = plant_terms(problem.plant, R, 1)
+    b_R, a_R = face.row_enclosure(tube_plant.f, tube_plant.G, R)
+    worst = min_over_admissible(a_box, b_box.hi, face.margin - FACE_ROUNDING, a_R, b_R.lo, problem.u_lo, problem.u_hi)
+    return np.where(c_min > 0, np.inf, worst.value)
 
 
 def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray) -> np.ndarray:
