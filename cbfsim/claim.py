@@ -70,7 +70,11 @@ class Claim:
         and state of each (x: (B, T+1, n) trajectories; level: (K, n) -> (K,))."""
         B, T1, n = x.shape
         flat = x.reshape(-1, n)
-        out_set = ~(np.asarray(level(flat)).reshape(B, T1) >= 0)          # NaN counts as out
+        finite = np.all(np.isfinite(flat), axis=1)
+        values = np.full(len(flat), np.nan)
+        if finite.any():
+            values[finite] = level(flat[finite])
+        out_set = ~(values.reshape(B, T1) >= 0)          # a non-finite state or level counts as out
         out_dom = np.zeros((B, T1), dtype=bool)
         if self.lo is not None:
             out_dom = ~np.all((x >= self.lo) & (x <= self.hi), axis=2)

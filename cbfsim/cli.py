@@ -39,14 +39,17 @@ def _simulate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--controller", default=None,
                         help="nominal controller of the system (default: its first one)")
     parser.add_argument("--t-final", type=positive_float, default=10.0, help="seconds to simulate (default 10)")
-    parser.add_argument("--dt", type=positive_float, default=0.01, help="control period in seconds (default 0.01)")
+    parser.add_argument("--dt", type=positive_float, default=None,
+                        help="control period in seconds (default: the certificate's period, else 0.01); another "
+                             "period than the certified one runs outside the proof (--strict refuses it)")
     parser.add_argument("--substeps", type=positive_int, default=1, help="RK4 steps per control period (default 1)")
     parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
                         help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
     parser.add_argument("--strict", action="store_true",
-                        help="refuse to run when x0 lies outside the constraint or certified set, the card's "
-                             "verification failed, or the model has no certificate (default: warn and record)")
+                        help="refuse to run when x0 lies outside the constraint set, the certified set or the "
+                             "certified domain, the period differs from the certified one, the card's verification "
+                             "failed, or the model has no certificate (default: warn and record)")
     add_common_flags(parser)
     return parser
 
@@ -62,6 +65,7 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .classk import Linear
     from .filters import CBFQP, CBFProjection, HOCBFQP
     from .plots import phase_portrait, time_series
+    from .claim import load_claim
     from .preflight import card_findings, certified_margin, load_certificate, report
     from .runtime import compile_barrier
     from .simulate import simulate
@@ -78,20 +82,32 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
     gains = card.gains
     certificate = load_certificate(Path(args.card))
-    margin = certified_margin(certificate)      # the certificate holds only with exactly its margin
-    findings = card_findings(card, certificate)
+    claim = load_claim(Path(args.card), card, system)
+    margin = claim.margin if claim.holds else certified_margin(None)   # the certificate holds only with its margin
+    faces = claim.faces if claim.holds else ()
+    dt = args.dt if args.dt is not None else (claim.dt if claim.holds and claim.dt else 0.01)
+    findings = card_findings(card, certificate) + claim.findings + claim.settings_findings(dt, margin) \
+        + claim.domain_findings(x0)
     if args.strict:
         report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
+    if faces and args.filter == "projection":
+        parser.error("the certificate's face rows need --filter osqp (the projection solves one row)")
     if args.filter == "none":
         filt = None
     elif card.order == 1:
-        filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]), margin=margin)
+        filt = (CBFQP(system, Linear(gains["gamma"]), margin=margin, faces=faces) if args.filter == "osqp"
+                else CBFProjection(system, Linear(gains["gamma"]), margin=margin))
     else:
-        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin)
+        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin,
+                       faces=faces)
     with output_directory(args.out):
-        traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
+        traj = simulate(system, barrier, filt, controller, x0, args.t_final, dt, dt / args.substeps,
                         order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
                                                     "filter_margin": margin.to_dict()}, strict=args.strict)
+        if claim.holds:
+            from training.verify import certified_value
+            traj.metadata["excursions"] = claim.excursions(
+                traj.x, lambda z: certified_value(barrier.lib, system, z, card.order, gains), system.state_names)
         report(findings, strict=False, where="")        # warned once the run stands (errors stay one line)
         traj.save(args.out / "trajectory.npz")
         phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
@@ -99,6 +115,9 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     c = system.constraint(traj.x[0])
     log.info(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
              f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+    for event in traj.metadata.get("excursions", []):
+        log.info(f"run {event['run']} {event['kind'].replace('_', ' ')} at control step {event['step']}: "
+                 + ", ".join(f"{k} = {v:.6g}" for k, v in event["state"].items()))
     for fault in traj.metadata["faults"]:
         log.info(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0

@@ -84,8 +84,9 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
         if attempt.certified:
             best = result = attempt
             break
-        if attempt.counterexamples["containment"] or time.monotonic() > deadline:
-            break                   # no margin changes containment
+        if attempt.counterexamples["containment"] or attempt.counterexamples["closure"] \
+                or time.monotonic() > deadline:
+            break                   # no margin changes containment or a leak through an open face
         walls.record(eps, attempt)
         eps = walls.next()
     assert result is not None

@@ -23,7 +23,7 @@ import numpy as np
 from compiler.interval import Interval
 
 from . import counterexamples as ce
-from .conditions import NAMES, evaluate
+from .conditions import NAMES, evaluate, open_faces
 from .problem import Problem
 
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
@@ -175,6 +175,20 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
                 if not refuted[box]:
                     refuted[box] = True
                     _record(res, name, pts[k], value[k], problem)
+    for i, side in open_faces(problem):
+        on = open_ & ~refuted & (bounds.scores["closure"] < 0) & ((blo[:, i] <= problem.lo[i]) if side < 0
+                                                                   else (bhi[:, i] >= problem.hi[i]))
+        idx = np.flatnonzero(on)
+        if not len(idx):
+            continue
+        pts, owner = ce.candidates(blo[idx], bhi[idx])
+        pts[:, i] = problem.lo[i] if side < 0 else problem.hi[i]
+        speed, u = ce.closure_violations(problem, pts, i, side, eps)
+        for k in np.flatnonzero(~np.isnan(speed)):
+            box = idx[owner[k]]
+            if not refuted[box]:
+                refuted[box] = True
+                _record(res, "closure", pts[k], speed[k], problem, u=u[k])
     small = open_ & ~refuted & (bounds.scores["sampled_data"] < 0) & (np.max(np.where(problem.splittable, rel, 0), 1)
                                                                       < SAMPLED_CHECK_WIDTH)
     idx = np.flatnonzero(small)[:MAX_ROLLOUT_BOXES]
@@ -195,7 +209,8 @@ def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: 
         return
     quantity = {"containment": "constraint (with x in the certified set)",
                 "feasibility": "sup_u (a.u + b) - margin",
-                "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")")}[name]
+                "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
+                "closure": "outward speed through an open face of the domain, from a state of the set"}[name]
     entry = {"x": [float(v) for v in x], "quantity": quantity, "value": float(value)}
     if u is not None:
         entry["u"] = [float(v) for v in u]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONDITIONS = ("containment", "feasibility", "sampled_data")
+CONDITIONS = ("containment", "feasibility", "sampled_data", "closure")
 
 
 @dataclass

@@ -28,7 +28,7 @@ from .sampled import admissible_slices, level_drop, min_over_admissible, row_rou
 from .faces import joint_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
-NAMES = ("containment", "feasibility", "sampled_data")
+NAMES = ("containment", "feasibility", "sampled_data", "closure")
 INPUT_SLICES = 8       # the input box cut along one input for the curvature bound (one jet evaluation)
 
 
@@ -103,7 +103,8 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets & (feas >= 0) & (cont >= 0), eps_lo)
-    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp},
+    clos = _closure(problem, box, plant, meets)
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
@@ -135,6 +136,29 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     score[idx] = np.where(reach.ok, value, -np.inf)
     worst_u[idx] = u
     return score, worst_u
+
+
+def open_faces(problem: Problem) -> list[tuple[int, int]]:
+    """(coordinate, side) of every face of D that nothing keeps the states off: not irrelevant
+    (something reads the coordinate), not periodic, not enforced by a face row."""
+    enforced = {f.coord for f in problem.faces}
+    return [(i, side) for i in range(problem.n) for side in (-1, 1)
+            if problem.splittable[i] and i not in problem.periodic and i not in enforced]
+
+
+def _closure(problem: Problem, box: Interval, plant: PlantTerms, meets: np.ndarray) -> np.ndarray:
+    """Lower bound of -(outward speed through an open face) over the boxes that may meet the
+    set and touch that face, under any input in U (+inf elsewhere): >= 0 proves no state of the
+    set crosses that face (the flow on it points inward or along it), so C stays inside D."""
+    score = np.full(box.shape[0], np.inf)
+    for i, side in open_faces(problem):
+        touching = box.lo[:, i] <= problem.lo[i] if side < 0 else box.hi[:, i] >= problem.hi[i]
+        need = meets & touching
+        if not need.any():
+            continue
+        outward = plant.f[:, i] * float(side) + sup_over_inputs(plant.G[:, i, :] * float(side), problem.u_lo, problem.u_hi)
+        score = np.where(need, np.minimum(score, -outward.hi), score)
+    return score
 
 
 FACE_ROUNDING = 1e-9      # the face row's float64 evaluation in the filter: admit inputs this far below it

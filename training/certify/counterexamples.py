@@ -61,6 +61,26 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
     return {"containment": cont, "feasibility": feas}
 
 
+def closure_violations(problem: Problem, x: np.ndarray, coord: int, side: int, eps: float
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """States x (B, n) on the open face x_coord = its bound (side -1 lower, +1 upper) that lie in
+    the certified set, and an input the filter may return there that moves the state out of D:
+    (outward speed, nan where no such state/input; the input (B, m))."""
+    t = point_terms(problem, x)
+    margin = problem.margin.with_eps(eps).at(x)
+    inside = set_level(problem, x) >= 0
+    speed = np.full(len(x), np.nan)
+    best = np.tile(0.5 * (problem.u_lo + problem.u_hi), (len(x), 1))
+    f, G = problem.system.f(x), problem.system.G(x)
+    for u in hard_inputs(problem, x, t, margin):
+        ok = admissible(problem, x, t, u, margin) & inside
+        v = side * (f[:, coord] + (G[:, coord, :] * u).sum(-1))
+        better = ok & (v > 0) & ~(v <= speed)
+        speed = np.where(better, v, speed)
+        best = np.where(better[:, None], u, best)
+    return speed, best
+
+
 def face_levels(problem: Problem, x: np.ndarray) -> np.ndarray:
     """min over the enforced faces of c(x) >= 0 (+inf without faces; faces.py)."""
     out = np.full(len(x), np.inf)

@@ -87,22 +87,26 @@ def faces_from_config(system: Any, config: Mapping[str, Any], lo: np.ndarray, hi
 
 def _positive(entry: Mapping[str, Any], key: str, name: str) -> float:
     value = entry.get(key)
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        v = float("nan")
-    if isinstance(value, bool) or not (np.isfinite(v) and v > 0):
+    v = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
+    if not (np.isfinite(v) and v > 0):
         raise FaceError(f"faces[{name!r}][{key!r}] must be a finite number > 0, got {value!r}")
     return v
 
 
 def joint_feasibility(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: np.ndarray, u_hi: np.ndarray
                       ) -> np.ndarray:
+    """The bound of ``best_common_input`` alone."""
+    return best_common_input(rows, u_lo, u_hi)[0]
+
+
+def best_common_input(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: np.ndarray, u_hi: np.ndarray
+                      ) -> tuple[np.ndarray, np.ndarray]:
     """Lower bound of  max over u in U of min over rows of (a.u + b - margin)  per box, where each
     row is (b (B,), a (B, m), margin (B,)) as enclosures: >= 0 proves one input satisfies every
     row at every state of the box. Any fixed u gives a lower bound; the candidates are every
     combination of {u_lo, 0, u_hi} per input (each row alone is best at one of them) and, for
-    one input, every crossing of two rows' lower bounds (the optimum of a 1-D max-min)."""
+    one input, every crossing of two rows' lower bounds (the optimum of a 1-D max-min).
+    Returns (bound (B,), the input that attains it (B, m))."""
     batch = len(rows[0][0].lo)
     m = len(u_lo)
     per_input = [np.unique(np.clip([u_lo[j], 0.0, u_hi[j]], u_lo[j], u_hi[j])) for j in range(m)]
@@ -111,14 +115,18 @@ def joint_feasibility(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: n
     if m == 1:
         cands += _crossings(rows, float(u_lo[0]), float(u_hi[0]))
     best = np.full(batch, -np.inf)
+    best_u = np.zeros((batch, m))
     for u in cands:
         worst = np.full(batch, np.inf)
         for b, a, margin in rows:
             low = np.minimum(a.lo * u, a.hi * u).sum(-1)
             value = np.nextafter(b.lo + low - 4 * np.finfo(float).eps * (np.abs(b.lo) + np.abs(low)) - margin, -np.inf)
             worst = np.minimum(worst, value)
-        best = np.maximum(best, np.where(np.isnan(worst), -np.inf, worst))
-    return best
+        worst = np.where(np.isnan(worst), -np.inf, worst)
+        better = worst > best
+        best = np.where(better, worst, best)
+        best_u = np.where(better[:, None], u, best_u)
+    return best, best_u
 
 
 def _crossings(rows, lo: float, hi: float) -> list[np.ndarray]:

@@ -35,7 +35,7 @@ LOCAL_KEEP = 32
 class Found:
     """Confirmed violations per condition: (x, value, u or None)."""
     items: dict[str, list[tuple[np.ndarray, float, Any]]] = field(
-        default_factory=lambda: {"containment": [], "feasibility": [], "sampled_data": []})
+        default_factory=lambda: {"containment": [], "feasibility": [], "sampled_data": [], "closure": []})
 
     def __bool__(self) -> bool:
         return any(self.items.values())
@@ -97,6 +97,7 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
     for name, value in ce.check_points(problem, x, eps).items():
         for k in np.flatnonzero(~np.isnan(value))[:ce_limit()]:
             found.items[name].append((x[k], float(value[k]), None))
+    _leaks(problem, eps, rng, found)
     if found or problem.dt == 0 or time.monotonic() > deadline:
         return found
     low, u = period_low(problem, x, eps)
@@ -113,6 +114,20 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
         radius = radius * 0.5
     _record_sampled(found, x, low, u)
     return found
+
+
+FACE_STATES = 4096
+
+
+def _leaks(problem: Problem, eps: float, rng: np.random.Generator, found: Found) -> None:
+    """States of the set on an open face of D with an admissible input that leaves D."""
+    from .conditions import open_faces
+    for i, side in open_faces(problem):
+        x = rng.uniform(problem.lo, problem.hi, size=(FACE_STATES, problem.n))
+        x[:, i] = problem.lo[i] if side < 0 else problem.hi[i]
+        speed, u = ce.closure_violations(problem, x, i, side, eps)
+        for k in np.flatnonzero(~np.isnan(speed))[:ce_limit()]:
+            found.items["closure"].append((x[k], float(speed[k]), u[k]))
 
 
 def _toward_edge(problem: Problem, x: np.ndarray) -> np.ndarray:
