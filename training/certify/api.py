@@ -18,6 +18,7 @@ from .problem import CertifyError, Problem, load_problem
 DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
 START_MARGIN = 0.05               # the first margin tried when neither the card nor a certificate records one
 MARGIN_FLOOR, MARGIN_CEILING = 1e-4, 1e3
+RECORDED_SHARE = 0.8              # of the time for the first try when the card records its margin (likely to certify)
 WALLS_MET = 1.3                   # the search stops when the two walls are this close (ratio)
 FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
 FALSIFY_MIN_S = 15.0              # this many seconds, or half the attempt's time when that is less)
@@ -47,8 +48,8 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
             raise CertifyError(f"--margin must be a finite number >= 0, got {margin}")
-    walls = MarginWalls(float(margin) if margin is not None else _start_margin(problem, card, start_margin),
-                        fixed=margin is not None)
+    start, recorded = (float(margin), True) if margin is not None else _start_margin(problem, card, start_margin)
+    walls = MarginWalls(start, fixed=margin is not None, recorded=recorded)
     tried: list[dict[str, Any]] = []
     result: SearchResult | None = None
     best: SearchResult | None = None
@@ -57,7 +58,7 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     starts = None                                            # the falsifier's boundary states, found once
     eps = walls.next()
     while eps is not None:
-        share = 1.0 if walls.fixed else 0.5
+        share = 1.0 if walls.fixed else (RECORDED_SHARE if walls.tries == 1 and walls.recorded else 0.5)
         now = time.monotonic()
         until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
         began = time.monotonic()
@@ -102,8 +103,8 @@ class MarginWalls:
     held input is refuted with (smaller ones leave the set too).  A try that ends undecided
     moves the wall its failing boxes point at (feasibility: down; sampled data: up)."""
 
-    def __init__(self, start: float, fixed: bool = False):
-        self.start, self.fixed = start, fixed
+    def __init__(self, start: float, fixed: bool = False, recorded: bool = False):
+        self.start, self.fixed, self.recorded = start, fixed, recorded
         self.low, self.high = 0.0, float("inf")
         self.tries = 0
         self.crossed = ""
@@ -148,16 +149,17 @@ class MarginWalls:
         return "; ".join(parts)
 
 
-def _start_margin(problem: Problem, card: Any, given: float | None) -> float:
-    """The first margin to try: given, else the card's ``config.filter_margin``, else the margin of
-    a certificate beside the card for the same model and period, else START_MARGIN."""
+def _start_margin(problem: Problem, card: Any, given: float | None) -> tuple[float, bool]:
+    """(the first margin to try, whether it was recorded): given, else the card's
+    ``config.filter_margin``, else the margin of a certificate beside the card for the same model
+    and period, else START_MARGIN (not recorded)."""
     if given is not None:
-        return float(given)
+        return float(given), True
     from training.model_card import load_card
     config = load_card(card).config
     recorded = config.get("filter_margin")
     if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > 0:
-        return float(recorded)
+        return float(recorded), True
     if isinstance(card, (str, os.PathLike)):
         import json
         from pathlib import Path
@@ -168,8 +170,8 @@ def _start_margin(problem: Problem, card: Any, given: float | None) -> float:
             old = None
         if isinstance(old, dict) and old.get("model_hash") == problem.model_hash and old.get("dt") == problem.dt \
                 and isinstance(old.get("margin"), (int, float)) and old["margin"] > 0:
-            return float(old["margin"])
-    return START_MARGIN
+            return float(old["margin"]), True
+    return START_MARGIN, False
 
 
 def _falsified(problem: Problem, eps: float, until: float, starts: np.ndarray) -> SearchResult | None:
@@ -228,21 +230,24 @@ def _sampled_coverage(problem: Problem) -> float:
     return float(np.mean(t["level"][inside] >= 0)) if inside.any() else 0.0
 
 
-def _backup_safe_coverage(problem: Problem) -> float | None:
-    """P(certified set | backup-safe) from the seeded states of ``_sampled_coverage`` whose backup
-    rollout (the card's horizon, step and held inputs, as ``cbfsim verify`` labels them) keeps the
-    constraint >= 0; float64 reference.  None without a backup-safe state."""
+def _backup_safe(problem: Problem) -> tuple[float | None, float | None]:
+    """(P(certified set | backup-safe), P(backup-safe | S & D)) from the seeded states of
+    ``_sampled_coverage`` whose backup rollout (the card's horizon, step and held inputs, as
+    ``cbfsim verify`` labels them) keeps the constraint >= 0; float64 reference.  The backup-safe
+    states are the trainer's estimate of the viable set.  None without a backup-safe state."""
     from training.samplers import ConstraintTools, backup_safe
 
-    from .counterexamples import point_terms
+    from .counterexamples import set_level
     rng = np.random.default_rng(0)
     x = rng.uniform(problem.lo, problem.hi, size=(COVERAGE_SAMPLES, problem.n))
     x = x[problem.system.constraint(x) >= 0]
     b = problem.backup
     if b is None or not len(x):
-        return None
-    x = x[backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"])]
-    return float(np.mean(point_terms(problem, x)["level"] >= 0)) if len(x) else None
+        return None, None
+    safe = backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"])
+    if not safe.any():
+        return None, 0.0
+    return float(np.mean(set_level(problem, x[safe]) >= 0)), float(np.mean(safe))
 
 
 def domain_coordinates(problem: Problem, r: SearchResult) -> list[dict[str, Any]]:
@@ -315,6 +320,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
             conditions[k].proven = not r.counterexamples[k] and r.failing[k] == 0 and r.stopped in ("", "budget", "time") \
                 and r.undecided == 0
     coordinates = domain_coordinates(problem, r)
+    backup_share, backup_fraction = _backup_safe(problem)
     closed = r.certified and all(c["case"] != "open" for c in coordinates)
     coverage = 0.0           # no certificate, no proven safe set
     if r.certified:
@@ -339,5 +345,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
         model_hash=problem.model_hash, margins_tried=tried, reason=reason,
-        backup_safe_coverage=_backup_safe_coverage(problem), margin_scale=problem.margin.scale,
+        backup_safe_coverage=backup_share, margin_scale=problem.margin.scale,
+        backup_safe_fraction=backup_fraction,
+        sound_backup_share=(coverage / backup_fraction) if backup_fraction else None,
         coordinates=coordinates, faces={f.name: {"gamma": f.gamma, "margin": f.margin} for f in problem.faces})

@@ -53,6 +53,9 @@ class Certificate:
     coordinates: list[dict[str, Any]] = field(default_factory=list)   # per state: name, case (irrelevant,
     #                                           periodic, enforced, barrier, open), why, lo, hi (api.domain_coordinates)
     faces: dict[str, dict[str, float]] = field(default_factory=dict)  # the face rows the filter must enforce
+    backup_safe_fraction: float | None = None  # estimate: P(backup-safe | S & D), the viable set's share
+    sound_backup_share: float | None = None   # certified_coverage / backup_safe_fraction: the proven set's
+    #                                           volume over the backup-safe (viable-set estimate) volume
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -86,8 +89,12 @@ class Certificate:
         if self.coordinates:
             lines.append("  closed: " + ("yes" if self.closed_in_domain else "no") + " -- " +
                          ", ".join(f"{c['name']} {c['case']}" for c in self.coordinates))
-        if self.backup_safe_coverage is not None:
-            lines.append(f"  backup-safe states in the certified set: {self.backup_safe_coverage:.1%} (sampled estimate)")
+        if self.backup_safe_coverage is not None and self.certified:
+            lines.append(f"  backup-safe states (the viable-set estimate) in the certified set: "
+                         f"{self.backup_safe_coverage:.1%} (sampled); proven volume / backup-safe volume: "
+                         f"{self.sound_backup_share:.1%}")
+        elif self.backup_safe_coverage is not None:
+            lines.append(f"  backup-safe states inside {{h >= 0}} (not a certified set): {self.backup_safe_coverage:.1%}")
         if self.reason:
             lines.append(f"  {self.reason}")
         if len(self.margins_tried) > 1:

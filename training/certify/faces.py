@@ -137,7 +137,7 @@ def _crossings(rows, lo: float, hi: float) -> list[np.ndarray]:
         for i in range(len(lines)):
             for j in range(i + 1, len(lines)):
                 (s1, c1), (s2, c2) = lines[i], lines[j]
-                with np.errstate(divide="ignore", invalid="ignore"):
+                with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                     u = (c2 - c1) / (s1 - s2)
                 u = np.where(np.isfinite(u), u, 0.0)
                 u = np.clip(u, max(lo, 0.0) if side > 0 else lo, hi if side > 0 else min(hi, 0.0))
