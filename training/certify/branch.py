@@ -26,6 +26,9 @@ from . import counterexamples as ce
 from .conditions import NAMES, evaluate, open_faces
 from .problem import Problem
 
+FALSIFY_EVERY = 25                # rounds between the falsifier's local searches from the worst open boxes
+FALSIFY_BOXES = 64
+FALSIFY_SECONDS = 2.0
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
@@ -62,6 +65,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
     lo, hi = problem.lo[None, :].copy(), problem.hi[None, :].copy()
     score = np.zeros(1)
     done_volume = 0.0
+    rounds = 0
     while len(lo):
         if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
             res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
@@ -79,6 +83,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         vol = np.prod(np.where(split, rel, 1.0), axis=1)
         proven = bounds.proven
         refuted = _refute(problem, res, blo, bhi, bounds, ~proven, rel, eps)
+        rounds += 1
+        if rounds % FALSIFY_EVERY == 0 and not refuted.any() and problem.dt > 0:
+            refuted = _falsify_alongside(problem, res, blo, bhi, bounds, ~proven, eps)
         res.proven += int(proven.sum())
         res.refuted += int(refuted.sum())
         res.volume_safe += float(vol[proven & bounds.inside_set].sum())
@@ -201,6 +208,32 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
                 _record(res, "sampled_data", x, low, problem, u=u)
     if refuted.any():
         res.stopped = "counterexample"
+    return refuted
+
+
+def _falsify_alongside(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarray, bounds,
+                       open_: np.ndarray, eps: float) -> np.ndarray:
+    """The falsifier's local search (falsify.py) from the centres of the open boxes whose
+    sampled-data bound is worst: a real violation ends the search now, not after the boxes
+    around it have been split down to it."""
+    from .falsify import falsify
+    refuted = np.zeros(len(blo), dtype=bool)
+    score = np.where(open_, bounds.scores["sampled_data"], np.inf)
+    idx = np.argsort(score)[:FALSIFY_BOXES]
+    idx = idx[np.isfinite(score[idx]) & (score[idx] < 0)]
+    if not len(idx):
+        return refuted
+    found = falsify(problem, eps, time.monotonic() + FALSIFY_SECONDS, starts=0.5 * (blo[idx] + bhi[idx]), rounds=2,
+                    leaks=False)
+    for name, items in found.items.items():
+        for x, value, u in items:
+            inside = np.flatnonzero(np.all((blo <= x) & (x <= bhi), axis=1))
+            if len(inside):
+                refuted[inside[0]] = True
+            _record(res, name, x, value, problem, u=u)
+    if found:
+        res.stopped = "counterexample"
+        res.refuted += int(not refuted.any())     # a violation outside this round's boxes still refutes
     return refuted
 
 

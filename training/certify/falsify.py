@@ -86,8 +86,9 @@ def period_low(problem: Problem, x: np.ndarray, eps: float) -> tuple[np.ndarray,
 
 
 def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds: int = LOCAL_ROUNDS,
-            starts: np.ndarray | None = None) -> Found:
-    """Search for confirmed violations at margin eps until ``deadline`` (time.monotonic)."""
+            starts: np.ndarray | None = None, leaks: bool = True) -> Found:
+    """Search for confirmed violations at margin eps until ``deadline`` (time.monotonic), from
+    ``starts`` (None: ``boundary_states``); ``leaks``: also sample the open faces of D."""
     rng = np.random.default_rng(seed)
     found = Found()
     x = boundary_states(problem, rng) if starts is None else np.asarray(starts, float)
@@ -97,7 +98,8 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
     for name, value in ce.check_points(problem, x, eps).items():
         for k in np.flatnonzero(~np.isnan(value))[:ce_limit()]:
             found.items[name].append((x[k], float(value[k]), None))
-    _leaks(problem, eps, rng, found)
+    if leaks:
+        _leaks(problem, eps, rng, found)
     if found or problem.dt == 0 or time.monotonic() > deadline:
         return found
     low, u = period_low(problem, x, eps)
