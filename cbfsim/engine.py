@@ -167,6 +167,9 @@ def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0
         raise EngineError("engine='compiled' needs the nominal controller by name (one of system.nominal's)")
     if filter is None or getattr(filter, "n_barriers", 1) != 1 or getattr(filter, "issf", None) is not None:
         raise EngineError("engine='compiled' needs a one-barrier CBF/HOCBF filter without the ISSf term")
+    if getattr(filter, "faces", ()):
+        raise EngineError("engine='compiled' runs one row and the filter enforces face rows too "
+                          f"({', '.join(f.label for f in filter.faces)}): use engine='numpy'")
     alphas = [filter.alpha] if filter.order == 1 else [filter.alpha1, filter.alpha2]
     if not all(isinstance(a, Linear) for a in alphas):
         raise EngineError("engine='compiled' needs linear class-K functions (the firmware's row)")

@@ -210,3 +210,41 @@ def test_strict_simulation_refuses_a_period_the_certificate_does_not_cover(tmp_p
                          "--x0", "0.1", "0", "--t-final", "0.05", "--strict", "--out", str(tmp_path / "ok")],
                         capture_output=True, text=True)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_run_leaving_the_certified_set_or_domain_is_flagged_with_its_first_step_and_state():
+    from cbfsim.claim import Claim
+    claim = Claim({"certified": True}, dt=0.01, lo=np.array([-1.0, -np.inf]), hi=np.array([1.0, np.inf]))
+    x = np.zeros((3, 5, 2))
+    x[1, 3:, 0] = 1.5                         # run 1 leaves the domain at step 3
+    x[2, 2, 1] = 7.0                          # run 2 leaves the set at step 2 (level = 5 - x2)
+    x[0, 4] = np.nan                          # run 0 faults at step 4: out of the set, never in it
+    events = claim.excursions(x, lambda z: 5.0 - z[:, 1], ("a", "b"))
+    got = {(e["run"], e["kind"]): (e["step"], e["state"]) for e in events}
+    assert got[(1, "left_domain")][0] == 3 and got[(1, "left_domain")][1]["a"] == 1.5
+    assert got[(2, "left_certified_set")] == (2, {"a": 0.0, "b": 7.0})
+    assert got[(0, "left_certified_set")][0] == 4
+    assert (2, "left_domain") not in got and (1, "left_certified_set") not in got
+
+
+def test_a_certificate_for_another_model_or_period_is_never_applied_silently(tmp_path):
+    from cbfsim.claim import load_claim
+    from systems import get_system
+    from training.model_card import load_card
+    for name in ("pendulum.json", "pendulum.cert.json"):
+        shutil.copy(MODELS / name, tmp_path / name)
+    data = bytearray((MODELS / "pendulum.onnx").read_bytes())
+    data[-5] ^= 0x01                           # another network, same file name
+    (tmp_path / "pendulum.onnx").write_bytes(bytes(data))
+    card = load_card(tmp_path / "pendulum.json")
+    system = get_system(card.system)
+    claim = load_claim(tmp_path / "pendulum.json", card, system)
+    assert not claim.holds and claim.findings[0].kind == "certificate_for_another_model"
+    shutil.copy(MODELS / "pendulum.onnx", tmp_path / "pendulum.onnx")
+    claim = load_claim(tmp_path / "pendulum.json", card, system)
+    assert claim.holds and [f.label for f in claim.faces] == [
+        "theta_dot <= 1.25", "theta_dot >= -1.25"]
+    assert [f.kind for f in claim.settings_findings(0.01)] == ["period_not_certified"]
+    assert [f.kind for f in claim.settings_findings(0.005, 0.5)] == ["margin_below_certified"]
+    assert claim.settings_findings(0.005, 1.0) == []
+    assert [f.kind for f in claim.domain_findings(np.array([[0.1, 2.0], [0.0, 0.0]]))] == ["x0_outside_domain"]
