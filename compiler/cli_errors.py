@@ -144,6 +144,13 @@ def describe(exc: BaseException) -> str:
     return one_line(str(exc)) or type(exc).__name__
 
 
+def without_prefix(message: str, prog: str) -> str:
+    """``message`` without a leading ``simulate: `` when the program is ``cbfsim simulate``: the
+    line names the command once (``cbfsim simulate: error: x0 ...``, not ``...: error: simulate: x0``)."""
+    command = prog.split()[-1] if prog.split() else prog
+    return message[len(command) + 2:] if message.startswith(f"{command}: ") else message
+
+
 def run(prog: str, command: Callable[[], int], *, debug: bool = False) -> int:
     """``command()``'s exit code, or 1 with one line on stderr for an expected error."""
     try:
@@ -151,7 +158,7 @@ def run(prog: str, command: Callable[[], int], *, debug: bool = False) -> int:
     except EXPECTED_ERRORS as exc:
         if debug:
             raise
-        print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {without_prefix(describe(exc), prog)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         if debug:

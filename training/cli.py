@@ -241,9 +241,10 @@ def _train(args: argparse.Namespace) -> int:
     log.info(f"  training curves: {args.out / 'training_curves.png'}")
     if not result.passed:
         from .diagnose import diagnose, diagnose_certificate
-        lines = diagnose(check, result.verification, result.card["state_names"])
+        config = result.card.get("config")         # the run's own settings: no advice to set what is set
+        lines = diagnose(check, result.verification, result.card["state_names"], config)
         if result.certificate is not None and not result.certificate.certified:
-            lines += diagnose_certificate(result.certificate, result.card["state_names"])
+            lines += diagnose_certificate(result.certificate, result.card["state_names"], config)
         for line in lines:
             log.info(f"  {line}")
     if args.ship and args.quick:
@@ -266,9 +267,9 @@ def _print_verification(v: dict | None) -> None:
           f"{v['condition_failures']}, containment failures {v['containment_failures']}, "
           f"coverage {v['coverage']:.3f} (safe set {v['coverage_safe_set']:.3f}) -> "
           f"{'PASS' if v['passed'] else 'FAIL'}")
-    if v.get("coverage_backup_safe") is not None:
-        log.info(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
-              f"{v['coverage_backup_safe']:.3f} of them certified")
+    if v.get("coverage_backup_safe") is not None:    # sampled: "inside {h >= 0}", not a proof
+        log.info(f"  states the backup policy keeps safe: {v['backup_safe_fraction']:.3f} of the constraint set; "
+                 f"{v['coverage_backup_safe']:.3f} of them inside the learned safe set (sampled, not certified)")
 
 
 def _verify(args: argparse.Namespace) -> int:
