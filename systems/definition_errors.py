@@ -18,12 +18,13 @@ from typing import Any, Callable, Iterator
 from compiler.errors import CbfsimError
 
 # sympy functions every derived form supports: numpy, torch (training), C++ (the firmware
-# plant) and the interval enclosures (certification); docs/own-plant.md lists them
-PORTABLE_FUNCTIONS = ("sp.sin", "sp.cos", "sp.tan", "sp.atan", "sp.tanh", "sp.exp", "sp.log", "sp.sqrt", "sp.Abs")
+# plant) and the interval enclosures (certification); docs/own-plant.md has the full table
+PORTABLE_FUNCTIONS = ("sp.sin", "sp.cos", "sp.tan", "sp.atan", "sp.atan2", "sp.tanh", "sp.exp", "sp.log", "sp.sqrt")
 SYMPY_FIX = ("use sympy functions on states and parameters: sp.cos, not np.cos or math.cos (they are sympy "
              "symbols; supported everywhere: " + ", ".join(PORTABLE_FUNCTIONS) + ", powers **, sp.pi)")
 BRANCH_FIX = ("a Python if, min, max or comparison on a state cannot be decided on symbols: write it without "
-              "branching (sp.Abs, sp.sqrt(x**2 + c)) or with sp.Piecewise (not certifiable)")
+              "branching, e.g. sp.sqrt(x**2 + c) for a smooth |x| (sp.Abs, sp.Min, sp.Piecewise are not "
+              "certifiable, and Min, Max, Piecewise do not train)")
 
 
 class PlantDefinitionError(CbfsimError, ValueError):
