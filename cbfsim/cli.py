@@ -3,13 +3,14 @@
     cbfsim train --help       train a neural barrier for a named system (training.cli)
     cbfsim verify --help      check a trained model on a dense sample of its domain (training.cli)
     cbfsim compile --help     compile an ONNX barrier into a C++ header (the compiler's cbfc)
-    cbfsim simulate --help    run the closed loop with a compiled barrier and write the trajectory and figures
+    cbfsim simulate --help    run the closed loop from one or more starts and write the trajectories and figures
     cbfsim certify --help     prove the barrier conditions (and the sampled-data loop) over the whole domain
     cbfsim cache info|clear   show or empty the build cache of compiled barriers
     cbfsim campaign --help    Monte Carlo campaign over a grid of perturbations, on Dask (cbfsim.campaign)
 
 Exit codes: 0 success, 1 error (one line on stderr naming the problem; --debug shows the
-traceback), 2 usage; a command may add its own (see its --help).
+traceback), 2 usage; a command may add its own (see its --help). Every flag, with its default:
+docs/cli.md (generated from these parsers: python -m cbfsim.docs_cli).
 """
 from __future__ import annotations
 
@@ -22,8 +23,8 @@ from typing import Sequence
 import numpy as np
 
 from compiler.cli_errors import (EXIT_USAGE, NumberListAppend, OneLineParser, add_common_flags, check_can_create,
-                                 float_list, nonnegative_float, output_directory, positive_float, positive_int,
-                                 run_parsed)
+                                 finite_float, float_list, nonnegative_float, output_directory, positive_float,
+                                 positive_int, run_parsed)
 
 from compiler.errors import CbfsimError
 
