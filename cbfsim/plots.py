@@ -162,7 +162,7 @@ def phase_portrait(path: str | Path, system: Any,
         ax.text(0.01, 0.99, where, transform=ax.transAxes, ha="left", va="top", fontsize=8,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     handles = extra_handles + ax.get_legend_handles_labels()[0]     # below the axes, never over data
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
     return path
 
@@ -190,7 +190,7 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
     axes = fig.subplots(m + 2, 1, sharex=True, squeeze=False)[:, 0]
     for j in range(m):
         axes[-1].step(tr.t[:-1], row[0, :, j], where="post", lw=1.0, color=f"C{4 + j}",
-                      label=f"{row_name}, {names[j]} column: how strongly {names[j]} moves "
+                      label=f"{row_name} ({names[j]}): how strongly {names[j]} moves "
                             f"{'dh/dt' if tr.LgLf is None else 'd2h/dt2'}")
     axes[-1].set_ylabel(row_name)
     axes[0].plot(tr.t, tr.h[0], color=STYLE["barrier"]["color"], lw=1.2, label="h")
@@ -205,7 +205,7 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
         if u_min is not None and u_max is not None:
             for bound in (u_min[j], u_max[j]):
                 if np.isfinite(bound):
-                    ax.axhline(bound, color="tab:purple", lw=0.8, ls="-.", label="input bounds u_min, u_max")
+                    ax.axhline(bound, color="0.35", lw=0.8, ls="-.", label="input bounds u_min, u_max")
         if relaxed.size:
             ax.plot(tr.t[relaxed], tr.u[0, relaxed, j], "x", color="tab:orange", ms=4, label="slack active")
         ax.set_ylabel(names[j] if j < len(names) else f"u{j}")
@@ -215,6 +215,6 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
     return path
