@@ -200,7 +200,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
 
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
-    boundary = certified if order == 2 else None   # order 2: smaller than {h >= 0}, drawn too
+    faces = claim.faces if claim.holds else ()
+    in_claim = (lambda x: np.minimum(certified(x), np.min([f.level(x) for f in faces], axis=0))) if faces \
+        else certified                              # the certified set: the faces the filter enforces cut it too
+    boundary = in_claim if order == 2 or faces else None   # smaller than {h >= 0}: drawn too
     flow = nominal_field(system, spec.controller)
     portrait = dict(dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits, certified=boundary,
                     vector_field=flow)

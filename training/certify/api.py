@@ -21,7 +21,7 @@ MARGIN_FLOOR, MARGIN_CEILING = 1e-4, 1e3
 RECORDED_SHARE = 0.8              # of the time for the first try when the card records its margin (likely to certify)
 WALLS_MET = 1.3                   # the search stops when the two walls are this close (ratio)
 FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
-FALSIFY_MIN_S = 15.0              # this many seconds, or half the attempt's time when that is less)
+FALSIFY_MIN_S = 15.0              # this many seconds, or the attempt's whole time when that is less)
 COVERAGE_SAMPLES = 20_000
 
 
@@ -66,7 +66,7 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
         if starts is None:
             from .falsify import boundary_states
             starts = boundary_states(problem, np.random.default_rng(0))
-        attempt = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, 0.5 * span)), starts)
+        attempt = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, span)), starts)
         if attempt is None:
             bar = _progress_bar(eps) if progress else None
             try:

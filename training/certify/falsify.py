@@ -26,7 +26,8 @@ import numpy as np
 from . import counterexamples as ce
 from .problem import Problem
 
-BOUNDARY_STATES = 2048
+BOUNDARY_STATES = 1024
+SEARCH_RK4_STEPS = 8        # the search integrates coarsely; every violation it reports is re-integrated finely
 LOCAL_ROUNDS = 6
 LOCAL_KEEP = 32
 
@@ -63,7 +64,8 @@ def boundary_states(problem: Problem, rng: np.random.Generator, count: int = BOU
     return np.concatenate([a, near])
 
 
-def period_low(problem: Problem, x: np.ndarray, eps: float) -> tuple[np.ndarray, np.ndarray]:
+def period_low(problem: Problem, x: np.ndarray, eps: float, steps: int = SEARCH_RK4_STEPS
+               ) -> tuple[np.ndarray, np.ndarray]:
     """(lowest level reached over one held period under the worst admissible candidate input,
     that input) per state; +inf where no candidate is admissible or dt = 0."""
     batch = len(x)
@@ -78,7 +80,7 @@ def period_low(problem: Problem, x: np.ndarray, eps: float) -> tuple[np.ndarray,
         if not ok.any():
             continue
         reached = np.full(batch, np.inf)
-        reached[ok] = ce.rollout_minimum(problem, x[ok], u[ok])
+        reached[ok] = ce.rollout_minimum(problem, x[ok], u[ok], steps=steps)
         better = reached < low
         low = np.where(better, reached, low)
         worst_u = np.where(better[:, None], u, worst_u)
@@ -114,7 +116,7 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
         t_low, t_u = period_low(problem, trial, eps)
         x, low, u = np.concatenate([x, trial]), np.concatenate([low, t_low]), np.concatenate([u, t_u])
         radius = radius * 0.5
-    _record_sampled(found, x, low, u)
+    _record_sampled(problem, found, x, low, u)
     return found
 
 
@@ -127,6 +129,9 @@ def _leaks(problem: Problem, eps: float, rng: np.random.Generator, found: Found)
     for i, side in open_faces(problem):
         x = rng.uniform(problem.lo, problem.hi, size=(FACE_STATES, problem.n))
         x[:, i] = problem.lo[i] if side < 0 else problem.hi[i]
+        x = x[ce.set_level(problem, x) >= 0]             # only states of the set can leak
+        if not len(x):
+            continue
         speed, u = ce.closure_violations(problem, x, i, side, eps)
         for k in np.flatnonzero(~np.isnan(speed))[:ce_limit()]:
             found.items["closure"].append((x[k], float(speed[k]), u[k]))
@@ -145,9 +150,14 @@ def _toward_edge(problem: Problem, x: np.ndarray) -> np.ndarray:
     return a
 
 
-def _record_sampled(found: Found, x: np.ndarray, low: np.ndarray, u: np.ndarray) -> None:
-    for k in np.flatnonzero(low < 0)[:ce_limit()]:
-        found.items["sampled_data"].append((x[k].copy(), float(low[k]), u[k].copy()))
+def _record_sampled(problem: Problem, found: Found, x: np.ndarray, low: np.ndarray, u: np.ndarray) -> None:
+    """Confirm the coarse search's violations with the fine rollout (counterexamples.RK4_STEPS)."""
+    idx = np.flatnonzero(low < 0)[:4 * ce_limit()]
+    if not len(idx):
+        return
+    fine = ce.rollout_minimum(problem, x[idx], u[idx])
+    for k, value in zip(idx[fine < 0][:ce_limit()], fine[fine < 0][:ce_limit()]):
+        found.items["sampled_data"].append((x[k].copy(), float(value), u[k].copy()))
 
 
 def ce_limit() -> int:
