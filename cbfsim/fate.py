@@ -173,6 +173,16 @@ def judged(counts: dict[str, int], policy: str = "violation") -> int:
     return sum(counts.values()) - (counts[FAULTED] if policy == "separate" else 0)
 
 
+def tally(fates: Iterable[str], policy: str = "violation") -> dict[str, Any]:
+    """The one statistic every consumer reports (campaign rows, the robustness study,
+    experiment summaries): the count of each fate, the violations under ``policy``, the runs
+    they are judged over, and the violation probability (None when no run is judged)."""
+    counts = count(fates)
+    k, n = violations(counts, policy), judged(counts, policy)
+    return {"fates": counts, "fault_policy": policy, "violations": k, "judged_runs": n,
+            "probability": k / n if n else None}
+
+
 def summary_text(counts: dict[str, int]) -> str:
     """The three counts in one phrase, for printed summaries."""
     return ", ".join(f"{counts[f]} {f}" for f in FATES)

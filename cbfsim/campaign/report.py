@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from ..fate import FATES, FAULTED, count, judged, violations
+from ..fate import FATES, FAULTED, count, tally
 from ..robustness import clopper_pearson
 from .spec import Spec
 
@@ -43,14 +43,13 @@ def merge(spec: Spec, results: list[dict]) -> dict[str, Any]:
         step = np.array([-1 if v is None else v for p in parts for v in p["step"]])
         seeds = np.concatenate([np.asarray(p["seeds"], dtype=np.uint64) for p in parts])
         index = np.concatenate([np.arange(*p["runs"]) for p in parts])
-        counts = count(fates.tolist())
-        k, n = violations(counts, spec.faults), judged(counts, spec.faults)
+        stats = tally(fates.tolist(), spec.faults)
+        k, n = stats["violations"], stats["judged_runs"]
         # worst first: faulted runs (earliest fault first), then by the lowest constraint value
         order = np.lexsort((np.where(np.isnan(cmin), -np.inf, cmin), np.where(fates == FAULTED, step, 1 << 62),
                             fates != FAULTED))
-        rows.append({"setting": s.index, **s.label(), "runs": int(len(fates)), "fates": counts,
-                     "fault_policy": spec.faults, "violations": k, "judged_runs": n,
-                     "probability": k / n if n else None, "ci95": list(clopper_pearson(k, n)) if n else None,
+        rows.append({"setting": s.index, **s.label(), "runs": int(len(fates)), **stats,
+                     "ci95": list(clopper_pearson(k, n)) if n else None,
                      "min_h_quantiles": _quantiles(hmin, ("min", "q01", "median"), [0.0, 0.01, 0.5]),
                      "slack_quantiles": _quantiles(slack, ("median", "q99", "max"), [0.5, 0.99, 1.0]),
                      "worst_runs": [{"run": int(index[i]), "seed": int(seeds[i]), "fate": str(fates[i]),
