@@ -112,14 +112,14 @@ def _copy(finished, tmp_path) -> Path:
 
 
 @pytest.mark.toolchain
-@pytest.mark.parametrize("damage", ["truncated", "not json", "checksum"])
+@pytest.mark.parametrize("damage", ["truncated", "not_json", "checksum"])
 def test_a_damaged_shard_is_named_and_run_again(finished, tmp_path, caplog, damage):
     out = _copy(finished, tmp_path)
     shard = out / "shards" / "s0000-k00001.json"
     text = shard.read_text()
     if damage == "truncated":
         shard.write_text(text[: len(text) // 2])
-    elif damage == "not json":
+    elif damage == "not_json":
         shard.write_bytes(b"\x00\xff garbage")
     else:
         data = json.loads(text)
@@ -225,7 +225,7 @@ def _hostile() -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.parametrize("name,text,words", _hostile(), ids=[h[0] for h in _hostile()])
+@pytest.mark.parametrize("name,text,words", _hostile(), ids=[h[0].replace(" ", "_") for h in _hostile()])
 def test_a_hostile_spec_is_refused_in_one_line_with_exit_1_before_anything_runs(name, text, words, tmp_path, capsys):
     path = tmp_path / "spec.json"
     path.write_text(text)
