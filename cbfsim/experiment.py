@@ -24,7 +24,7 @@ from compiler.cli_errors import (OneLineParser, add_common_flags, output_directo
 
 from .barriers import CompiledBarrier
 from .classk import Linear
-from .fate import FATES, summary_text, tally
+from .fate import FAULTED, summary_text, tally
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
 from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
@@ -83,14 +83,20 @@ def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarra
     raise RuntimeError(f"could not draw {count} states of the certified set from the training box ({total} found)")
 
 
-def _constraint_stats(traj: Trajectory) -> tuple[float, int, dict[str, int]]:
-    """Minimum of the constraint function over every run and recorded step (NaN when there is
-    none), the runs that violated (left the set or faulted: cbfsim/fate.py) and the count of
-    each fate."""
+def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
+    """Minimum of the constraint function over every run and recorded step (-inf when a run
+    faulted: its state diverged, so no NaN ever reaches a comparison), and the runs that
+    violated: left the set or faulted (cbfsim/fate.py; ``_fate_counts`` has each fate). (+inf
+    when nothing was recorded.)"""
     fates = traj.fates
     lows = [f.min_constraint for f in fates if f.min_constraint is not None]
-    stats = tally(f.fate for f in fates)
-    return (min(lows) if lows else float("nan")), stats["violations"], stats["fates"]
+    low = -np.inf if any(f.fate == FAULTED for f in fates) else (min(lows) if lows else np.inf)
+    return float(low), tally(f.fate for f in fates)["violations"]
+
+
+def _fate_counts(*trajectories: Trajectory) -> dict[str, int]:
+    """The count of each fate over the runs of ``trajectories``."""
+    return tally(f.fate for traj in trajectories for f in traj.fates)["fates"]
 
 
 def nominal_field(system: Any, controller: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -160,22 +166,20 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     showcase_nominal = simulate_batch(system, barrier, None, spec.controller, showcase_x0, order=order, **common)
     report = verify(lib, card_path, samples=spec.verify_samples if verify_samples is None else verify_samples)
 
-    min_f, viol_f, fates_f = _constraint_stats(filtered)
-    min_n, viol_n, fates_n = _constraint_stats(nominal)
-    min_s, viol_s, fates_s = _constraint_stats(showcase)
+    min_f, viol_f = _constraint_stats(system, filtered)
+    min_n, viol_n = _constraint_stats(system, nominal)
+    min_s, viol_s = _constraint_stats(system, showcase)
     summary: dict[str, Any] = {
         "experiment": spec.name, "system": system.name, "order": order,
         "controller": spec.controller, "model": str(onnx_path.name),
         "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": spec.dt_control, "t_final": t_final,
-        "min_constraint_filtered": float(np.fmin(min_f, min_s)), "min_constraint_nominal": min_n,
+        "min_constraint_filtered": min(min_f, min_s), "min_constraint_nominal": min_n,
         "violations_filtered": viol_f + viol_s, "violations_nominal": viol_n,
-        # each run's fate (completed, left_set, faulted); a faulted run is a violation
-        "fates_filtered": {f: fates_f[f] + fates_s[f] for f in FATES}, "fates_nominal": fates_n,
         "qp_infeasible_steps": int(np.sum(filtered.status == FilterStatus.SLACK_ACTIVE)
                                    + np.sum(showcase.status == FilterStatus.SLACK_ACTIVE)),
         "solver_errors": int(np.sum(filtered.status == FilterStatus.SOLVER_ERROR)
                              + np.sum(showcase.status == FilterStatus.SOLVER_ERROR)),
-        "min_h_filtered": float(np.fmin.reduce(filtered.h, axis=None)),
+        "min_h_filtered": float(np.nanmin(filtered.h)),
         "stopped_runs": int(np.sum(filtered.run_status != RunStatus.COMPLETED)),
         "showcase": {"x0": showcase_x0[0].tolist(), "filter": "OSQP", "min_constraint": min_s,
                      "max_abs_diff_vs_projection": float(np.max(np.abs(showcase.x[0] - showcase_more.x[0])))},
@@ -206,6 +210,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     time_series(fig_dir / "showcase_time_series.png", showcase,
                 title=f"{spec.title}: one run from {x0_text} (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")
+    # each run's fate (completed, left_set, faulted: cbfsim/fate.py); a faulted run is a violation
+    summary["fates_filtered"], summary["fates_nominal"] = _fate_counts(filtered, showcase), _fate_counts(nominal)
     summary["wall_time_s"] = time.perf_counter() - started
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
@@ -224,14 +230,14 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("runs x steps", f"{summary['runs']} x {summary['steps']}"),
         ("min constraint, filtered", f"{summary['min_constraint_filtered']:.4g}"),
         ("min constraint, nominal", f"{summary['min_constraint_nominal']:.4g}"),
-        ("runs leaving the set or faulted, filtered", summary["violations_filtered"]),
-        ("runs leaving the set or faulted, nominal", summary["violations_nominal"]),
-        ("fates, filtered", summary_text(summary["fates_filtered"])),
-        ("fates, nominal", summary_text(summary["fates_nominal"])),
+        ("runs leaving the set, filtered", summary["violations_filtered"]),
+        ("runs leaving the set, nominal", summary["violations_nominal"]),
         ("QP infeasible steps (slack active)", summary["qp_infeasible_steps"]),
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),
         ("verifier: coverage of the constraint set", f"{summary['verify']['coverage']:.1%}"),
+        ("fates, filtered (violations: left_set + faulted)", summary_text(summary["fates_filtered"])),
+        ("fates, nominal", summary_text(summary["fates_nominal"])),
         ("certificate", _certificate_text(summary.get("certificate"))),
         ("wall time", f"{summary['wall_time_s']:.1f} s"),
     ]

@@ -38,7 +38,7 @@ def _consumers(traj: Trajectory, policy: str) -> dict[str, dict]:
     from cbfsim.campaign.shards import run_seeds
     from cbfsim.campaign.spec import Setting, Spec
     from cbfsim.campaign.store import envelope
-    from cbfsim.experiment import _constraint_stats
+    from cbfsim.experiment import _constraint_stats, _fate_counts
     from cbfsim.perturb import Perturbation
     from cbfsim.robustness import fate_row
     fates = traj.fates
@@ -50,7 +50,9 @@ def _consumers(traj: Trajectory, policy: str) -> dict[str, dict]:
                "step": [f.step for f in fates], "min_constraint": [f.min_constraint for f in fates],
                "min_h": [0.0, 0.0, None], "max_slack": [0.0, 0.0, None], "faults": []}
     row = merge(spec, [envelope(payload)])["settings"][0]
-    _, experiment_violations, experiment_fates = _constraint_stats(traj)
+    low, experiment_violations = _constraint_stats(None, traj)
+    assert low == -np.inf                                    # a faulted run: never a NaN minimum
+    experiment_fates = _fate_counts(traj)
     return {"campaign": row, "robustness": fate_row(traj, policy),
             "experiment": {"fates": experiment_fates, "violations": experiment_violations},
             "trajectory": {"fates": traj.fate_counts(), "violations": sum(f.violation for f in fates)}}
