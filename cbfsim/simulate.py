@@ -131,7 +131,7 @@ def _available_memory() -> int | None:
 
 def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
     """Refuse, before allocating anything, a run whose record cannot fit in memory."""
-    need = _record_bytes(B, T, n, m, order)
+    need = _record_bytes(B, T, n, m, order) + 8 * B * (T + 1)    # (+ the constraint the fates are judged by)
     if need < 1 << 26:                    # (64 MiB: not worth reading /proc/meminfo)
         return
     have = _available_memory()

@@ -23,10 +23,10 @@ from .shards import run_shard
 from .spec import Spec, load_spec
 
 
-def pending(spec: Spec, out: Path) -> list[tuple[int, int]]:
-    """The (setting, shard) pairs without a good shard on disk (damaged ones are named and set
-    aside; a foreign one raises, naming it)."""
-    good = store.scan(spec, out) if (out / "shards").is_dir() else {}
+def pending(spec: Spec, out: Path, set_aside: bool = False) -> list[tuple[int, int]]:
+    """The (setting, shard) pairs without a good shard on disk (a damaged one is pending, and
+    with ``set_aside`` named and renamed NAME.damaged; a foreign one raises, naming it)."""
+    good = store.scan(spec, out, set_aside) if (out / "shards").is_dir() else {}
     return [(s.index, k) for s in spec.settings for k in range(spec.shards_per_setting) if (s.index, k) not in good]
 
 
@@ -41,7 +41,7 @@ def run(spec: Spec | str | Path | dict, out: str | Path, *, scheduler: str | Non
     out = Path(out)
     with store.owned(out):
         store.claim(spec, out)
-        todo = pending(spec, out)
+        todo = pending(spec, out, set_aside=True)
         todo = todo[:stop_after] if stop_after is not None else todo
         args = [(spec.source, None, s, k) for s, k in todo]    # (the card path is absolute: workers may run elsewhere)
         bar = _bar(len(todo), progress)

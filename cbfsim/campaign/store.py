@@ -177,17 +177,19 @@ def read(spec: Spec, path: Path) -> dict:
     return verify(spec, data, str(path), int(match.group(1)), int(match.group(2)))
 
 
-def scan(spec: Spec, out: Path) -> dict[tuple[int, int], Path]:
-    """The good shards on disk by (setting, shard); damaged ones are named and set aside (to be
-    run again), a foreign one stops the campaign."""
+def scan(spec: Spec, out: Path, set_aside: bool = False) -> dict[tuple[int, int], Path]:
+    """The good shards on disk by (setting, shard); a foreign one stops the campaign. A damaged
+    one is left out (to be run again); with ``set_aside`` (the campaign holding the lock) it is
+    named in a warning and renamed NAME.damaged."""
     good = {}
     for path in sorted((out / "shards").glob("s*-k*.json")):
         try:
             payload = read(spec, path)
         except DamagedShardError as exc:
-            aside = path.with_name(path.name + ".damaged")
-            os.replace(path, aside)
-            log.warning(f"damaged shard: {exc}; set aside as {aside.name} and run again")
+            if set_aside:
+                aside = path.with_name(path.name + ".damaged")
+                os.replace(path, aside)
+                log.warning(f"damaged shard: {exc}; set aside as {aside.name} and run again")
             continue
         good[(payload["setting"], payload["shard"])] = path
     return good
