@@ -11,8 +11,8 @@ Each run's fate (cbfsim/fate.py: completed, left_set, faulted) is recorded in
 ``metadata["fates"]``. A run whose state becomes non-finite or diverges (|x_i| >
 fate.DIVERGENCE_BOUND; a start state beyond it faults at step 0) stops and is marked
 (``Trajectory.run_status``, ``metadata["faults"]``) while the rest of the batch finishes;
-``on_fault="raise"`` raises instead. A horizon whose record cannot fit in memory is refused before anything is
-allocated. Single runs integrate through a float twin of the RK4 code where the plant has
+``on_fault="raise"`` raises instead. A horizon whose record cannot fit in memory is refused
+before anything is allocated. Single runs integrate through a float twin of the RK4 code where the plant has
 one (cbfsim/_fast_sim.py; same bits; ``CBFSIM_FAST_PATHS=0`` turns it off).
 """
 from __future__ import annotations
@@ -37,9 +37,8 @@ from .trajectory import STEP_NOT_RUN, RunStatus, Trajectory
 
 class NonFiniteStateError(CbfsimError, FloatingPointError):
     """The state became NaN/Inf or diverged (raised with ``on_fault="raise"``, or for a
-    non-finite X0);
-    carries the control instant, time, run index and state, and ``trajectory``: every run
-    up to that instant (None for X0)."""
+    non-finite X0); carries the control instant, time, run index and state, and
+    ``trajectory``: every run up to that instant (None for X0)."""
 
     def __init__(self, step: int, time: float, state: np.ndarray, run: int = 0,
                  trajectory: Trajectory | None = None):
