@@ -173,7 +173,8 @@ def trajectory(loop: CompiledLoop, X0: np.ndarray, steps: int, perturbation: Any
         _stop_runs(rec, fault_step)
     faults = [{"run": int(b), "step": int(fault_step[b]), "time": float(t[fault_step[b]]),
                "cause": fault_cause(rec["x"][b, fault_step[b]])} for b in np.flatnonzero(faulted)]
-    fates = classify(constraint_values(loop.config.plant(), rec["x"]), t, rec["x"], fault_step)
+    fates = classify(constraint_values(loop.config.plant(), rec["x"]), t, rec["x"], fault_step,
+                     {f["run"]: f["cause"] for f in faults})
     meta = {"engine": "compiled", "system": loop.config.system, "dt_control": loop.config.dt,
             "margin": check_margin(loop.config.margin).to_dict(), "library": str(loop.library), **extra,
             "faults": faults, "fates": [f.to_dict() for f in fates]}

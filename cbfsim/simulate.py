@@ -141,8 +141,13 @@ def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
             f"of memory available; shorten t_final, lengthen dt_control or split the batch")
 
 
-def _fault(run: int, step: int, time: float, state: np.ndarray) -> dict:
-    return {"run": run, "step": step, "time": time, "cause": fault_cause(state)}
+def _fault(run: int, step: int, time: float, state: np.ndarray, u: np.ndarray | None = None) -> dict:
+    """A fault record; ``u``: the input applied over the period before, named when it was the
+    input that was not finite."""
+    cause = fault_cause(state)
+    if u is not None and not np.isfinite(u).all():
+        cause += f", after a non-finite input u = {np.array2string(np.asarray(u), precision=6)}"
+    return {"run": run, "step": step, "time": time, "cause": cause}
 
 
 def _stop_runs(rec: dict[str, np.ndarray], fault_step: np.ndarray) -> None:
@@ -257,8 +262,8 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         cut = {k: (v if v is None else v[:, :steps + (1 if k in ("x", "h") else 0)]) for k, v in rec.items()}
         if faults:
             _stop_runs(cut, fault_step)
-        meta["fates"] = [f.to_dict() for f in classify(constraint_values(system, cut["x"]), t[:steps + 1],
-                                                       cut["x"], fault_step)]
+        meta["fates"] = [f.to_dict() for f in classify(constraint_values(system, cut["x"]), t[:steps + 1], cut["x"],
+                                                       fault_step, {f["run"]: f["cause"] for f in faults})]
         return Trajectory(t=t[:steps + 1], metadata=meta, run_status=run_status, **cut)
 
     bad = diverged(X)                    # a start beyond the divergence bound faults at step 0
@@ -315,7 +320,7 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         xs[:, k + 1] = X
         if not finite and (bad := diverged(X) & alive).any():
             for i in np.flatnonzero(bad).tolist():
-                faults.append(_fault(i, k + 1, float(t[k + 1]), X[i]))
+                faults.append(_fault(i, k + 1, float(t[k + 1]), X[i], u_now[i]))
             fault_step[bad] = k + 1
             alive &= ~bad
             if on_fault == "raise":

@@ -164,3 +164,17 @@ def test_the_compiled_engine_stops_and_marks_nan_and_diverged_runs_with_step_and
         assert np.isnan(traj.x[b, s + 1:]).all() and np.isnan(traj.h[b, s:]).all()
         assert (traj.status[b, s:] == STEP_NOT_RUN).all()
     assert np.isfinite(traj.x[traj.run_status == RunStatus.COMPLETED]).all()
+
+
+def test_a_non_finite_input_faults_the_run_and_is_named_in_the_cause():
+    from cbfsim.simulate import simulate_batch
+    from systems import get_system
+    system = get_system("van_der_pol")
+    broken = lambda X: np.where(X[:, :1] > 0.4, np.nan, 0.0)      # noqa: E731  (NaN for the first run only)
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        traj = simulate_batch(system, None, None, broken, np.array([[0.5, 0.0], [0.0, 0.0]]), 0.1, 0.01)
+    first, second = traj.fates
+    assert (first.fate, first.step, second.fate) == (fate.FAULTED, 1, fate.COMPLETED)
+    assert "non-finite state" in first.cause and "after a non-finite input u = [nan]" in first.cause
+    assert traj.metadata["faults"][0]["cause"] == first.cause
