@@ -199,6 +199,7 @@ def _hostile() -> list[tuple[str, str, str]]:
         ("runs 10^18", spec(runs=10 ** 18), "runs: expected an integer in [1, 1000000000]"),
         ("2.7e9 settings", spec(grid=big_grid), "2.74e+09 settings, more than the limit"),
         ("work", spec(runs=10 ** 9, t_final=1000.0), "state-steps, more than max_state_steps"),
+        ("memory", spec(runs=10 ** 7, shard_size=10 ** 7, t_final=5.0), "bytes of memory available"),
         ("robust 'false'", spec(filter={"robust": "false"}), "filter.robust: expected true or false"),
         ("robust 'no'", spec(filter={"robust": "no"}), "filter.robust: expected true or false"),
         ("robust '0'", spec(filter={"robust": "0"}), "filter.robust: expected true or false"),
