@@ -96,12 +96,9 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         traj.save(args.out / "trajectory.npz")
         phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
         time_series(args.out / "time_series.png", traj)
-    (fate,) = traj.fates
-    low = "none" if fate.min_constraint is None else f"{fate.min_constraint:.4g}"
-    h = traj.h[np.isfinite(traj.h)]
-    log.info(f"{system.name}: {traj.n_steps} steps, fate {fate.fate}, min constraint {low}, "
-             f"min h {h.min() if h.size else float('nan'):.4g}, slack-active steps {int(np.sum(traj.status == 1))}; "
-             f"wrote {args.out}/")
+    c = system.constraint(traj.x[0])
+    log.info(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
+             f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
     for fault in traj.metadata["faults"]:
         log.info(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0
