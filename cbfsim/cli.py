@@ -290,8 +290,10 @@ def _compile_with_card(parser: argparse.ArgumentParser, args: argparse.Namespace
 CAMPAIGN_HELP = """Run (or resume) a Monte Carlo campaign: the spec's grid of perturbations (plant
 parameters, disturbances, noise, delay), each setting's runs sharded and executed on Dask (a
 LocalCluster of --workers processes, or --scheduler ADDRESS), merged into OUT/summary.json
-(violations with Clopper-Pearson 95% intervals, min h and slack quantiles, the worst runs with
-their seeds) and OUT/violation.png. Run it again to resume: finished shards are kept."""
+(each run's fate: completed, left_set or faulted; violations -- left the set or faulted -- with
+Clopper-Pearson 95% intervals, min h and slack quantiles, the worst runs with their seeds) and
+OUT/violation.png. Run it again to resume: finished shards are kept, damaged ones run again.
+One campaign at a time owns OUT (a lock); the spec is checked whole before anything runs."""
 
 
 def _campaign_parser() -> argparse.ArgumentParser:
@@ -320,11 +322,18 @@ def campaign_main(argv: Sequence[str]) -> int:
         from .campaign import run
         out = args.out or Path("results") / f"campaign-{args.spec.stem}"
         summary = run(args.spec, out, scheduler=args.scheduler, workers=args.workers, in_process=args.in_process)
+        from .fate import summary_text
         for row in summary["settings"]:
-            lo, hi = row["ci95"]
-            log.info(f"  setting {row['setting']:3d}: {row['violations']:6d} / {row['runs']:<7d} leave the set "
-                     f"[{lo:.2e}, {hi:.2e}]  {row.get('plant_params') or ''} {row['disturbance']} "
-                     f"noise {row['noise']} delay {row['delay']}")
+            label = f"{row.get('plant_params') or ''} {row['disturbance']} noise {row['noise']} delay {row['delay']}"
+            if not row["runs"]:
+                log.info(f"  setting {row['setting']:3d}: no shard yet  {label}")
+                continue
+            ci = "[{:.2e}, {:.2e}]".format(*row["ci95"]) if row["ci95"] else "[no judged runs]"
+            apart = " (faulted runs reported apart)" if row["fault_policy"] == "separate" else ""
+            log.info(f"  setting {row['setting']:3d}: {row['violations']:6d} / {row['judged_runs']:<7d} violations "
+                     f"{ci}{apart}; {summary_text(row['fates'])}  {label}")
+        log.info(f"all settings: {summary_text(summary['fates'])}; merged {summary['shards_merged']} of "
+                 f"{summary['shards_total']} shards")
         log.info(f"summary.json and violation.png in {out}/")
         return 0
     return run_parsed(parser.prog, args, go)

@@ -24,6 +24,7 @@ from compiler.cli_errors import (OneLineParser, add_common_flags, output_directo
 
 from .barriers import CompiledBarrier
 from .classk import Linear
+from .fate import FAULTED, summary_text, tally
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
 from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
@@ -87,10 +88,19 @@ def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarra
 
 
 def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
-    """Minimum of the constraint function over every run and step, and the runs that left the set."""
-    B, T1, n = traj.x.shape
-    c = system.constraint(traj.x.reshape(-1, n)).reshape(B, T1)
-    return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
+    """Minimum of the constraint function over every run and recorded step (-inf when a run
+    faulted: its state diverged, so no NaN ever reaches a comparison), and the runs that
+    violated: left the set or faulted (cbfsim/fate.py; ``_fate_counts`` has each fate). (+inf
+    when nothing was recorded.)"""
+    fates = traj.fates
+    lows = [f.min_constraint for f in fates if f.min_constraint is not None]
+    low = -np.inf if any(f.fate == FAULTED for f in fates) else (min(lows) if lows else np.inf)
+    return float(low), tally(f.fate for f in fates)["violations"]
+
+
+def _fate_counts(*trajectories: Trajectory) -> dict[str, int]:
+    """The count of each fate over the runs of ``trajectories``."""
+    return tally(f.fate for traj in trajectories for f in traj.fates)["fates"]
 
 
 def nominal_field(system: Any, controller: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -215,6 +225,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     time_series(fig_dir / "showcase_time_series.png", showcase,
                 title=f"{spec.title}: one run from {x0_text} (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")
+    # each run's fate (completed, left_set, faulted: cbfsim/fate.py); a faulted run is a violation
+    summary["fates_filtered"], summary["fates_nominal"] = _fate_counts(filtered, showcase), _fate_counts(nominal)
     summary["wall_time_s"] = time.perf_counter() - started
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
@@ -241,6 +253,8 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),
         ("verifier: coverage of the constraint set", f"{summary['verify']['coverage']:.1%}"),
+        ("fates, filtered (violations: left_set + faulted)", summary_text(summary["fates_filtered"])),
+        ("fates, nominal", summary_text(summary["fates_nominal"])),
         ("certificate", _certificate_text(summary.get("certificate"))),
         ("wall time", f"{summary['wall_time_s']:.1f} s"),
     ]
