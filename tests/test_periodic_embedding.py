@@ -163,3 +163,111 @@ def test_a_multi_row_state_with_an_embedding_is_refused():
     net = nn.Sequential(periodic_embedding(3, {2: TWO_PI}), nn.Linear(4, 2), nn.Flatten(), nn.Linear(4, 1))
     with pytest.raises(UnsupportedOpError, match="needs a vector state, not state_shape"):
         load_torch(net, state_shape=(2, 3))
+
+
+# ---------------------------------------------------------------- ONNX (legacy exporter)
+class Lambda(nn.Module):
+    """A module computing ``fn(x)``: the look-alikes of the embedding the ONNX frontend refuses."""
+
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def _export(net: nn.Module, n: int, tmp_path, name: str = "m"):
+    from training.network import export_onnx
+    return export_onnx(net, tmp_path / f"{name}.onnx", n)
+
+
+@pytest.mark.parametrize("act", ["softplus", "tanh", "relu"])
+def test_exported_onnx_equals_the_torch_module_in_onnxruntime(act, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    net = barrier(4, PERIODS_ONNX, act=act)
+    path = _export(net, 4, tmp_path)
+    x = states(4, [0, 3]).astype(np.float32)
+    session = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {"x": x})[0][:, 0]
+    want = net.float()(torch.tensor(x)).detach().numpy()[:, 0]
+    assert max_rel_error(got, want) < 1e-6
+
+
+PERIODS_ONNX = {0: 360.0, 3: TWO_PI}
+
+
+@pytest.mark.parametrize("act", ["softplus", "tanh", "relu"])
+def test_onnx_frontend_reads_the_embedding_as_the_torch_frontend_does(act, tmp_path):
+    from compiler.frontend_onnx import load_onnx
+    net = barrier(4, PERIODS_ONNX, act=act)
+    onnx_model = canonicalize(load_onnx(_export(net, 4, tmp_path)))
+    torch_model = canonicalize(load_torch(net))
+    assert onnx_model.layers[0].periods == torch_model.layers[0].periods == ((0, 360.0), (3, TWO_PI))
+    if act == "softplus":   # the legacy exporter drops Softplus' threshold (frontend_onnx docstring)
+        assert onnx_model.layers[2].params != torch_model.layers[2].params
+        return
+    assert onnx_model.fingerprint() == torch_model.fingerprint()
+
+
+@pytest.mark.parametrize("act", ["tanh", "relu"])
+def test_onnx_path_gives_the_torch_path_header_bit_for_bit(act, tmp_path):
+    from compiler.api import compile_model
+    net = barrier(4, PERIODS_ONNX, act=act)
+    path = _export(net, 4, tmp_path)
+    order = 2 if act == "tanh" else 1
+    a = compile_model(path, inputs=2, order=order, name="same")
+    b = compile_model(net, inputs=2, order=order, name="same")
+    assert a.header == b.header and a.abi == b.abi
+
+
+@pytest.mark.parametrize("period", [TWO_PI, math.pi, 360.0, 1.0, 2 * math.pi / 3, 24.0, 365.25, 0.001])
+def test_the_period_comes_back_from_the_float32_frequency(period):
+    from compiler.onnx_periodic import period_from_frequency
+    assert period_from_frequency(float(np.float32(2 * math.pi / period))) == period
+
+
+def _refused(fn, n, tmp_path, match):
+    from compiler.frontend_onnx import load_onnx
+    with pytest.raises(UnsupportedOpError, match=match) as info:
+        load_onnx(_export(fn, n, tmp_path))
+    assert "\n" not in str(info.value)
+
+
+def test_onnx_embedding_not_first_is_refused_naming_the_sin_node(tmp_path):
+    net = nn.Sequential(nn.Linear(3, 3), periodic_embedding(3, {2: TWO_PI}), nn.Linear(4, 1))
+    _refused(net, 3, tmp_path, r"^Sin node '/1/Sin': Sin and Cos are supported only in the periodic input embedding")
+
+
+def test_onnx_sin_as_an_activation_is_refused_naming_the_node(tmp_path):
+    net = nn.Sequential(nn.Linear(3, 4), Lambda(torch.sin), nn.Linear(4, 1))
+    _refused(net, 3, tmp_path, r"^Sin node '/1/Sin': Sin and Cos are supported only in the periodic input")
+
+
+def test_onnx_embedding_look_alikes_are_refused_naming_the_node(tmp_path):
+    cases = [  # cos before sin; two frequencies; sin alone; a shifted angle; a permuted state
+        (lambda x: torch.cat([x[..., :2], torch.cos(x[..., 2:3]), torch.sin(x[..., 2:3])], -1),
+         r"^Concat node '/0/Concat': its columns \[x0, x1, cos\(1 x2\), sin\(1 x2\)\] are not the periodic"),
+        (lambda x: torch.cat([x[..., :2], torch.sin(x[..., 2:3]), torch.cos(2 * x[..., 2:3])], -1),
+         r"its columns \[x0, x1, sin\(1 x2\), cos\(2 x2\)\] are not"),
+        (lambda x: torch.cat([x[..., :2], torch.sin(x[..., 2:3]), x[..., 2:3]], -1), r"are not the periodic"),
+        (lambda x: torch.cat([x[..., :2], torch.sin(x[..., 2:3] + 1), torch.cos(x[..., 2:3] + 1)], -1),
+         r"^Sin node '/0/Sin': Sin and Cos are supported only of w \* x_i"),
+        (lambda x: torch.cat([x[..., 1:2], x[..., 0:1], torch.sin(x[..., 2:3]), torch.cos(x[..., 2:3])], -1),
+         r"columns \[x1, x0, sin\(1 x2\), cos\(1 x2\)\] are not"),
+    ]
+    for k, (fn, match) in enumerate(cases):
+        net = nn.Sequential(Lambda(fn), nn.Linear(4, 1))
+        _refused(net, 3, tmp_path / str(k) if (tmp_path / str(k)).mkdir() is None else tmp_path, match)
+
+
+def test_onnx_embedding_with_a_slice_of_several_columns_is_read(tmp_path):
+    from compiler.frontend_onnx import load_onnx
+    torch.manual_seed(0)
+    net = nn.Sequential(Lambda(lambda x: torch.cat([x[..., :2], torch.sin(0.5 * x[..., 2:3]),
+                                                    torch.cos(0.5 * x[..., 2:3])], -1)),
+                        nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 1))
+    model = canonicalize(load_onnx(_export(net, 3, tmp_path)))
+    assert model.layers[0].periods == ((2, 4 * math.pi),)
+    x = states(3, [2])
+    assert max_rel_error(reference.value(model, x), net.double()(torch.tensor(x)).detach().numpy()[:, 0]) < 1e-12
