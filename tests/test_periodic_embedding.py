@@ -271,3 +271,114 @@ def test_onnx_embedding_with_a_slice_of_several_columns_is_read(tmp_path):
     assert model.layers[0].periods == ((2, 4 * math.pi),)
     x = states(3, [2])
     assert max_rel_error(reference.value(model, x), net.double()(torch.tensor(x)).detach().numpy()[:, 0]) < 1e-12
+
+
+# ---------------------------------------------------------------- interval enclosures (compiler.bounds)
+def _torch_jets(net, x):
+    """h, grad h, Hessian by torch float64 autograd at the states x (B, n)."""
+    X = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    h = net.double()(X)[:, 0]
+    (g,) = torch.autograd.grad(h.sum(), X, create_graph=True)
+    rows = [torch.autograd.grad(g[:, i].sum(), X, retain_graph=True, allow_unused=True)[0] for i in range(x.shape[1])]
+    H = torch.stack([r if r is not None else torch.zeros_like(X) for r in rows], 1)
+    return h.detach().numpy(), g.detach().numpy(), H.detach().numpy()
+
+
+def _boxes(n: int, periodic: list[int], count: int, seed: int):
+    """Random boxes, a third centred on the seam +-pi, some wide (a whole turn and more)."""
+    from compiler.interval import Interval
+    rng = np.random.default_rng(seed)
+    c = rng.uniform(-4, 4, (count, n))
+    r = rng.uniform(0, 0.4, (count, n))
+    for i in periodic:
+        c[: count // 3, i] = rng.choice([math.pi, -math.pi], count // 3)
+        r[count // 3: count // 3 + 5, i] = [3.0, 4.0, 7.0, 0.0, 1e-9]
+        c[-5:, i] = rng.uniform(-1e3, 1e3, 5)
+    return Interval(c - r, c + r), rng
+
+
+@pytest.mark.parametrize("act, order", [("softplus", 2), ("tanh", 2), ("relu", 1)])
+@pytest.mark.parametrize("float32", [False, True])
+def test_enclosures_contain_torch_float64_on_random_boxes_across_the_seam(act, order, float32):
+    from compiler.bounds import enclose
+    net = barrier(4, {0: 360.0, 3: TWO_PI}, act=act, hidden=(12, 12), seed=9)
+    model = canonicalize(load_torch(net))
+    box, rng = _boxes(4, [0, 3], 60, seed=10)
+    jets = enclose(model, box, order=order, float32=float32)
+    assert jets.grad.shape == (60, 4) and (order < 2 or jets.hess.shape == (60, 4, 4))
+    for _ in range(25):
+        x = rng.uniform(box.lo, box.hi)
+        h, g, H = _torch_jets(net, x)
+        assert np.all((jets.h.lo <= h) & (h <= jets.h.hi))
+        assert np.all((jets.grad.lo <= g) & (g <= jets.grad.hi))
+        if order == 2:
+            assert np.all((jets.hess.lo <= H) & (H <= jets.hess.hi))
+
+
+def test_an_enclosure_missing_the_cosine_derivative_is_caught():
+    """The containment test can fail: drop the w^2 sin term of the embedding's second derivative."""
+    from compiler import bounds_periodic
+    from compiler.bounds import enclose
+    net = barrier(3, {2: TWO_PI}, act="tanh", hidden=(8,), seed=2)
+    model = canonicalize(load_torch(net))
+    box, rng = _boxes(3, [2], 40, seed=3)
+    original = bounds_periodic.enclose_embedding
+
+    def mutant(layer, x):
+        src, v, d1, d2 = original(layer, x)
+        return src, v, d1, d2 * 0.0
+
+    bounds_periodic_enclose = pytest.MonkeyPatch()
+    bounds_periodic_enclose.setattr("compiler.bounds.enclose_embedding", mutant)
+    try:
+        jets = enclose(model, box, order=2)
+    finally:
+        bounds_periodic_enclose.undo()
+    misses = 0
+    for _ in range(10):
+        x = rng.uniform(box.lo, box.hi)
+        H = _torch_jets(net, x)[2]
+        misses += int(np.sum((H < jets.hess.lo) | (H > jets.hess.hi)))
+    assert misses > 0
+
+
+def test_a_box_of_a_whole_turn_encloses_every_angle():
+    from compiler.bounds import enclose
+    from compiler.interval import Interval
+    net = barrier(3, {2: TWO_PI}, act="softplus", hidden=(8,), seed=4)
+    model = canonicalize(load_torch(net))
+    box = Interval(np.array([[0.1, 0.2, -math.pi]]), np.array([[0.1, 0.2, math.pi]]))
+    jets = enclose(model, box, order=1)
+    theta = np.linspace(-math.pi, math.pi, 2001)
+    x = np.column_stack([np.full_like(theta, 0.1), np.full_like(theta, 0.2), theta])
+    h = reference.value(model, x)
+    assert jets.h.lo[0] <= h.min() and h.max() <= jets.h.hi[0]
+
+
+def test_lie_terms_of_the_certifier_work_with_an_embedding_unchanged():
+    from compiler.interval import Interval
+    from training.certify.terms import PlantTerms, lie_terms
+    net = barrier(3, {2: TWO_PI}, act="softplus", hidden=(12, 12), seed=6)
+    model = canonicalize(load_torch(net))
+    box, rng = _boxes(3, [2], 30, seed=7)
+    f = rng.normal(size=(30, 3))
+    G = rng.normal(size=(30, 3, 1))
+    Jf = rng.normal(size=(30, 3, 3))
+    plant = PlantTerms(Interval.point(f), Interval.point(G), Interval.point(Jf), Interval.point(np.zeros(30)))
+    terms = lie_terms(model, plant, box, 2, {"alpha1": 1.0}, float32=True)
+    for _ in range(10):
+        x = rng.uniform(box.lo, box.hi)
+        h, g, H = _torch_jets(net, x)
+        Lf = np.einsum("bi,bi->b", g, f)
+        L2 = np.einsum("bi,bij,bj->b", f, H, f) + np.einsum("bi,bij,bj->b", g, Jf, f)
+        LGLf = np.einsum("bi,bij,bj->b", G[:, :, 0], H, f) + np.einsum("bi,bij,bj->b", g, Jf, G[:, :, 0])
+        for val, enc in ((Lf, terms.Lf), (L2, terms.L2), (LGLf, terms.LGLf[:, 0])):
+            assert np.all((enc.lo <= val) & (val <= enc.hi))
+
+
+def test_pieces_refuses_an_embedding_in_one_line():
+    from compiler.bounds import UnsupportedActivationError, pieces
+    from compiler.interval import Interval
+    model = canonicalize(load_torch(barrier(3, {2: TWO_PI}, act="relu", hidden=(8,))))
+    with pytest.raises(UnsupportedActivationError, match="periodic input embedding .* is not affine"):
+        pieces(model, Interval(np.zeros((1, 3)), np.ones((1, 3))))
