@@ -115,6 +115,18 @@ class Model:
         (the state dimension ``input_dim`` when there is no periodic embedding)."""
         return [self.embedded_dim] + [d.out_dim for d in self.dense_layers()]
 
+    def reads_state(self) -> np.ndarray:
+        """bool (input_dim,): the state coordinates the network reads, i.e. those with a nonzero
+        first-layer weight on one of their (embedded) columns."""
+        read = np.any(self.dense_layers()[0].weight != 0.0, axis=0)
+        emb = self.embedding
+        if emb is None:
+            return read
+        out = np.zeros(self.input_dim, dtype=bool)
+        for col, (i, _) in enumerate(emb.columns()):
+            out[i] |= bool(read[col])
+        return out
+
     def describe_widths(self) -> str:
         """'3-32-32-1', or '3>4-32-32-1' with a periodic embedding of one coordinate (n > n_0)."""
         text = "-".join(map(str, self.widths()))

@@ -382,3 +382,15 @@ def test_pieces_refuses_an_embedding_in_one_line():
     model = canonicalize(load_torch(barrier(3, {2: TWO_PI}, act="relu", hidden=(8,))))
     with pytest.raises(UnsupportedActivationError, match="periodic input embedding .* is not affine"):
         pieces(model, Interval(np.zeros((1, 3)), np.ones((1, 3))))
+
+
+def test_reads_state_maps_embedded_columns_back_to_the_state():
+    net = barrier(3, {1: TWO_PI}, hidden=(4,))
+    with torch.no_grad():
+        net[1].weight[:, 0] = 0.0          # x0 unread
+        net[1].weight[:, 1] = 0.0          # sin x1 unread, cos x1 read
+    model = canonicalize(load_torch(net))
+    assert model.reads_state().tolist() == [False, True, True]
+    with torch.no_grad():
+        net[1].weight[:, 2] = 0.0
+    assert canonicalize(load_torch(net)).reads_state().tolist() == [False, False, True]
