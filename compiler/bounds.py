@@ -54,6 +54,10 @@ ROUNDING_STATEMENT = (
     "(cppmath ulp bounds), products gamma_3; u = 2^-24")
 
 
+PERIODIC_STATEMENT = ("; periodic embedding: argument |w||x|(3u+3u^2+u^3) + (3|w|+1)2^-149, m_sincos 2 ulp, "
+                      "phi' and phi'' with 3 and 5 roundings x2, +inf beyond the header's argument limit")
+
+
 class UnsupportedActivationError(UnsupportedOpError):
     """An activation the enclosure engine has no enclosure for (the message names it)."""
 
@@ -241,7 +245,8 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
     rounding = None
     if errors is not None:
         rounding = Rounding(errors.a[:, 0], errors.t[:, :, 0] if t is not None else None,
-                            errors.H[:, :, :, 0] if H is not None else None)
+                            errors.H[:, :, :, 0] if H is not None else None,
+                            ROUNDING_STATEMENT + (PERIODIC_STATEMENT if model.embedding is not None else ""))
         h = _widen(h, rounding.h)
         grad = _widen(grad, rounding.grad) if grad is not None else None
         hess = _widen(hess, rounding.hess) if hess is not None else None
