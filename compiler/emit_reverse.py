@@ -23,7 +23,8 @@ Two styles (paper Remark "static reverse"):
   ahead of time for a fixed topology.
 
 In both styles the transient vectors (the layer being computed in the forward pass, delta
-in the backward pass) are two stack arrays of max_i n_i scalars (``kStackScalars``).
+in the backward pass) are two stack arrays of max_i n_i scalars (``kStackScalars``); a periodic
+input embedding adds the embedded input and its gradient (n_0 each) and its sin/cos (2k).
 
 Numerics: the forward pass sums each output in the order bias, k = 0..In-1, exactly as the
 dual header's real path, with the same activation code, so h is bit-identical to the dual
@@ -228,7 +229,8 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
              if heap else "// no allocation call site."),
             "//",
             f"// network {model.describe_widths()}, m = {m}; activation cache sum_i n_i = {cache} scalars "
-            f"(Prop. 3(i)); transient stack 2 x {max_hidden} scalars",
+            f"(Prop. 3(i)); transient stack 2 x {max_hidden}"
+            + (f" + 2 x {widths[0]} + {2 * k} (embedding)" if k else "") + " scalars",
             f"// FLOPs  lie: C_ad + (m+1)(2n-1) = {flops1}"
             + (f"   lie2 (Reverse+FD): 3 C_ad + ... = {flops2}" if order == 2 else ""),
             f"// (dual header for comparison: (m+1) C_df = {report.paper_dual_total})"]
@@ -247,7 +249,8 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
     out += [f'constexpr const char* kStyle = "{style}";',
             f"constexpr std::size_t kCacheScalars = {cache};   // activation cache, sum of hidden widths",
             "constexpr std::size_t kCacheBytes = kCacheScalars * sizeof(scalar);",
-            f"constexpr std::size_t kStackScalars = {2 * max_hidden};   // transient layer / delta vectors (stack)",
+            f"constexpr std::size_t kStackScalars = {2 * max_hidden + (2 * widths[0] + 2 * k if k else 0)};"
+            "   // transient layer / delta vectors (stack)",
             "// static scratch memory (the dual header's kWorkspaceBytes counterpart)",
             f"constexpr std::size_t kWorkspaceScalars = {0 if heap else cache};",
             "constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);",
