@@ -123,16 +123,9 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
 def reads_state(model, n: int) -> np.ndarray:
     """bool (n,): the states the network reads (a first-layer column not exactly 0; through a
     periodic embedding, a coordinate is read when either of its (sin, cos) columns is)."""
-    first = model.dense_layers()[0].weight
-    columns = np.any(first != 0.0, axis=0)
-    periods = dict(getattr(model, "periods", None) or {})
-    if not periods:
-        return columns
-    read, k = np.zeros(n, dtype=bool), 0
-    for i in range(n):
-        width = 2 if i in periods else 1
-        read[i] = bool(np.any(columns[k:k + width]))
-        k += width
+    read = np.asarray(model.reads_state(), dtype=bool)
+    if read.shape != (n,):
+        raise CertifyError(f"the network reads {read.size} state coordinates but the system has {n}")
     return read
 
 
