@@ -5,7 +5,8 @@ Independent of the simulator: each held period is integrated by scipy (DOP853, t
 tolerances, checked in the middle and at the end of every period, not only at the samples); the filter's input is
 the exact solution of its QP for these models (every row acts on one input, so the QP separates
 into clipping per input), checked against the shipped OSQP filter on the visited states; the set
-is evaluated by the network rebuilt in torch float64 from the ONNX weights. The filter itself
+is evaluated by the network rebuilt in float64 from the ONNX weights (numpy, gradient by hand,
+checked against torch autograd at the start). The filter itself
 reads the float32 header through ctypes, as it does in every simulation. The nominal pushes as
 hard as the input box allows: even runs against the barrier's row, odd runs toward the nearest
 face of the domain (the pendulum's 'always speed up the rotation').
@@ -50,16 +51,51 @@ def torch_net(onnx_path: Path):
     return torch.nn.Sequential(*layers).double().eval()
 
 
+class NumpyMLP:
+    """The same network in plain numpy float64 (Gemm / Softplus only), with its gradient by hand:
+    a second independent evaluation, cheap enough for 10,000 periods of 200 runs."""
+
+    def __init__(self, net):
+        import torch
+        self.layers = [(m.weight.detach().numpy(), m.bias.detach().numpy()) if isinstance(m, torch.nn.Linear)
+                       else None for m in net]
+
+    def value_and_grad(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, slopes = x, []
+        for layer in self.layers:
+            if layer is None:               # softplus, stable; its derivative is the sigmoid
+                slopes.append(0.5 * (1.0 + np.tanh(0.5 * a)))
+                a = np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a)))
+            else:
+                W, b = layer
+                a = a @ W.T + b
+        grad = np.ones((len(x), 1))             # backward: d h / d (each layer's input)
+        for layer in reversed(self.layers):
+            if layer is None:
+                grad = grad * slopes.pop()
+            else:
+                grad = grad @ layer[0]
+        return a[:, 0], grad
+
+
 def level(net, system, x: np.ndarray, order: int, alpha1: float) -> np.ndarray:
-    """h (order 2: min(h, psi1 = L_f h + alpha1 h)), float64 autograd."""
-    import torch
-    X = torch.as_tensor(x, dtype=torch.float64).requires_grad_(order == 2)
-    h = net(X)[:, 0]
+    """h (order 2: min(h, psi1 = L_f h + alpha1 h)), float64."""
+    h, grad = net.value_and_grad(x)
     if order == 1:
-        return h.detach().numpy()
-    (grad,) = torch.autograd.grad(h.sum(), X)
-    lf = (grad * torch.as_tensor(system.f(x))).sum(1)
-    return torch.minimum(h, lf + alpha1 * h).detach().numpy()
+        return h
+    return np.minimum(h, (grad * system.f(x)).sum(1) + alpha1 * h)
+
+
+def _check_against_autograd(net: NumpyMLP, onnx_path: Path, n: int) -> None:
+    import torch
+    seq = torch_net(onnx_path)
+    x = np.random.default_rng(1).normal(size=(64, n)) * 2
+    X = torch.as_tensor(x).requires_grad_(True)
+    h = seq(X)[:, 0]
+    (g,) = torch.autograd.grad(h.sum(), X)
+    mine_h, mine_g = net.value_and_grad(x)
+    np.testing.assert_allclose(mine_h, h.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(mine_g, g.numpy(), rtol=1e-10, atol=1e-12)
 
 
 def exact_filter(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray, lo: np.ndarray, hi: np.ndarray
@@ -146,8 +182,9 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
     claim = load_claim(card_path, card, system)
     assert claim.holds
     lib = compile_barrier(card.onnx_path(card_path), inputs=system.m, order=card.order)
-    net = torch_net(card.onnx_path(card_path))
+    net = NumpyMLP(torch_net(card.onnx_path(card_path)))
     alpha1 = card.gains.get("alpha1", 0.0)
+    _check_against_autograd(net, card.onnx_path(card_path), system.n)
     dt = cert["dt"]
     dom_lo, dom_hi = claim.lo, claim.hi
     box_lo, box_hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
