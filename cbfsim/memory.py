@@ -79,9 +79,17 @@ def available_bytes() -> tuple[int, str]:
     return min(bounds) if bounds else (1 << 62, "no known limit")
 
 
+def size_text(count: int) -> str:
+    """Bytes for a message: '1.05 MB', '210,000.01 GB'."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if count >= scale:
+            return f"{count / scale:,.2f} {unit}"
+    return f"{count} bytes"
+
+
 def check_allocation(needed: int, what: str) -> None:
     """Refuse to allocate ``needed`` bytes for ``what`` when they exceed ``available_bytes``."""
     room, source = available_bytes()
     if needed > room:
-        raise MemoryLimitError(f"{what} needs {needed / 1e9:,.2f} GB, over the {room / 1e9:,.2f} GB of {source}; "
+        raise MemoryLimitError(f"{what}: needs {size_text(needed)}, over the {size_text(room)} of {source}; "
                                f"run fewer runs or steps per call (or raise ${ENV})")
