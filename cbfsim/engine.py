@@ -121,9 +121,13 @@ def build_engine(model: Any, config: Any) -> CompiledLoop:
     from compiler.build import toolchain_identity
     from .device import generate
     from .device.toolchain import build, engine_toolchain
+    import dataclasses
     cxx, flags = engine_toolchain()
+    # The engine reads neither the firmware's start state nor its step count (they come with
+    # each run): fixed here, so that one library serves every batch and no state reaches the headers.
+    neutral = dataclasses.replace(config, x0=(0.0,) * len(config.x0), steps=1)
     with tempfile.TemporaryDirectory() as tmp:
-        generated = generate(model, config, Path(tmp) / "gen")
+        generated = generate(model, neutral, Path(tmp) / "gen")
         key = hashlib.sha256("\0".join([_digest(generated.directory), toolchain_identity(cxx, flags)]).encode())
         entry = cache.get_or_build(key.hexdigest()[:32], ENGINE_LIBRARY,
                                    lambda folder: build("engine", generated, folder) and None, kind="engine")
