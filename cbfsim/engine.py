@@ -17,6 +17,7 @@ refuses in one line; not yet the several-row filter.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
 import tempfile
 from pathlib import Path
@@ -121,7 +122,6 @@ def build_engine(model: Any, config: Any) -> CompiledLoop:
     from compiler.build import toolchain_identity
     from .device import generate
     from .device.toolchain import build, engine_toolchain
-    import dataclasses
     cxx, flags = engine_toolchain()
     # The engine reads neither the firmware's start state nor its step count (they come with
     # each run): fixed here, so that one library serves every batch and no state reaches the headers.
@@ -129,8 +129,11 @@ def build_engine(model: Any, config: Any) -> CompiledLoop:
     with tempfile.TemporaryDirectory() as tmp:
         generated = generate(model, neutral, Path(tmp) / "gen")
         key = hashlib.sha256("\0".join([_digest(generated.directory), toolchain_identity(cxx, flags)]).encode())
-        entry = cache.get_or_build(key.hexdigest()[:32], ENGINE_LIBRARY,
-                                   lambda folder: build("engine", generated, folder) and None, kind="engine")
+
+        def compile_into(folder: Path) -> None:
+            build("engine", generated, folder)          # writes folder/host/libcbf_engine.so
+
+        entry = cache.get_or_build(key.hexdigest()[:32], ENGINE_LIBRARY, compile_into, kind="engine")
     return CompiledLoop(entry / ENGINE_LIBRARY, config)
 
 
