@@ -148,3 +148,17 @@ def test_mutated_esp32_captures_are_refused_in_one_line_naming_the_file(twin_log
 def test_each_kind_of_damage_is_named(edit, message):
     with pytest.raises(DeviceLogError, match=message):
         decode(edit(STATIC))
+
+
+def test_table1_refuses_a_garbled_capture_in_one_line_before_measuring(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    log = tmp_path / "garbled.log"
+    log.write_text(STATIC.replace("3e800000", "3e8#0000"))
+    run = subprocess.run([sys.executable, str(root / "experiments" / "table1.py"), "--no-qemu", "--out-dir",
+                          str(tmp_path / "out"), "--esp32-log", f"vdp:dual={log}"], capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert run.stderr.strip().splitlines() == [run.stderr.strip()] and f"--esp32-log {log}: log line" in run.stderr
