@@ -23,8 +23,8 @@ refuses in one line; not yet the several-row filter.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import hashlib
-import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -35,6 +35,7 @@ from compiler.errors import CbfsimError
 
 from .fate import DIVERGENCE_BOUND, classify, constraint_values, diverged, fault_cause
 from .filters.base import check_margin
+from .memory import check_allocation
 from .trajectory import RunStatus, Trajectory
 
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
@@ -74,6 +75,10 @@ class CompiledLoop:
         with np.errstate(over="ignore"):          # a start beyond float32 becomes inf: a fault at step 0
             X0 = np.ascontiguousarray(np.asarray(X0, dtype=np.float64).reshape(-1, self.n), dtype=np.float32)
         B, T = len(X0), int(steps)
+        if T < 0:
+            raise EngineError(f"steps must be at least 0, got {T}")
+        check_allocation(record_bytes(B, T, self.n, self.m, widened=False),
+                         f"the compiled engine's records of {B:,} runs x {T:,} steps (n={self.n}, m={self.m})")
         pert = ActivePerturbation(perturbation or Perturbation(), self.config.plant(), run_seeds, B)
         if perturbation is not None and perturbation.plant_params:
             raise PerturbationError("the compiled engine cannot take plant_params yet (its plant is the filter's "
@@ -101,37 +106,51 @@ class CompiledLoop:
         self._lib.cbf_engine_barrier_only(len(X), X, terms)
 
 
+ENGINE_LIBRARY = "host/libcbf_engine.so"     # inside a cache entry, where firmware/Makefile writes it
+
+
+def record_bytes(runs: int, steps: int, n: int, m: int, widened: bool) -> int:
+    """Bytes the engine allocates for ``runs`` x ``steps``: its float32 records (x, u_nom, u, h,
+    status), and with ``widened`` also the float64 Trajectory made of them (x, u_nom, u, h, Lf,
+    Lg, slack, solve_time and the temporaries of the widening)."""
+    per_run = (steps + 1) * n * 4 + steps * (2 * m * 4 + 4 + 1)
+    if widened:
+        per_run += (steps + 1) * n * 8 + steps * (2 * m * 8 + m * 8) + (steps + 1) * 8 * 2 + steps * 8 * 4
+    return runs * per_run
+
+
 def _digest(generated_dir: Path) -> str:
     h = hashlib.sha256()
     sources = sorted(generated_dir.glob("*.hpp")) + sorted((FIRMWARE / "common").glob("*.hpp")) + \
         [FIRMWARE / "host" / "batch.cpp", FIRMWARE / "Makefile"]
     for path in sources:
         h.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
-    return h.hexdigest()[:24]
+    return h.hexdigest()
 
 
 def build_engine(model: Any, config: Any) -> CompiledLoop:
     """Generate the headers for ``model`` and ``config`` (cbfsim.device.RunConfig), build the
-    engine library with firmware/Makefile (cached), and load it."""
-    from compiler.cache import cache_dir
+    engine library with firmware/Makefile, and load it. The build goes through the one build
+    cache (``compiler.cache.get_or_build``, entries under ``engines/``): keyed by every source,
+    the compiler, its version, the flags and what -march=native means on this CPU; published
+    by rename; size and sha256 checked before dlopen; a damaged entry is rebuilt."""
+    from compiler import cache
+    from compiler.build import toolchain_identity
     from .device import generate
-    from .device.toolchain import build
+    from .device.toolchain import build, engine_toolchain
+    cxx, flags = engine_toolchain()
+    # The engine reads neither the firmware's start state nor its step count (they come with
+    # each run): fixed here, so that one library serves every batch and no state reaches the headers.
+    neutral = dataclasses.replace(config, x0=(0.0,) * len(config.x0), steps=1)
     with tempfile.TemporaryDirectory() as tmp:
-        generated = generate(model, config, Path(tmp) / "gen")
-        entry = cache_dir() / "engines" / _digest(generated.directory)
-        library = entry / "host" / "libcbf_engine.so"
-        if not library.exists():
-            entry.parent.mkdir(parents=True, exist_ok=True)
-            private = Path(tempfile.mkdtemp(dir=entry.parent, prefix=".build-"))
-            try:
-                build("engine", generated, private)
-                try:
-                    private.rename(entry)          # one rename publishes the whole build
-                except OSError:
-                    pass                           # another process published it first
-            finally:
-                shutil.rmtree(private, ignore_errors=True)
-    return CompiledLoop(library, config)
+        generated = generate(model, neutral, Path(tmp) / "gen")
+        key = hashlib.sha256("\0".join([_digest(generated.directory), toolchain_identity(cxx, flags)]).encode())
+
+        def compile_into(folder: Path) -> None:
+            build("engine", generated, folder)          # writes folder/host/libcbf_engine.so
+
+        entry = cache.get_or_build(key.hexdigest()[:32], ENGINE_LIBRARY, compile_into, kind="engine")
+    return CompiledLoop(entry / ENGINE_LIBRARY, config)
 
 
 def simulate_card(card: str | Path, X0: Any, t_final: float, perturbation: Any = None, run_seeds: Any = None,
@@ -156,8 +175,10 @@ def trajectory(loop: CompiledLoop, X0: np.ndarray, steps: int, perturbation: Any
     if not np.all(np.isfinite(X0)):
         bad = int(np.flatnonzero(~np.isfinite(X0).all(axis=1))[0])
         raise NonFiniteStateError(0, 0.0, X0[bad], bad)
-    out = loop.run(X0, steps, perturbation, run_seeds)
     B, T, m = len(X0), steps, loop.m
+    check_allocation(record_bytes(B, T, loop.n, m, widened=True),
+                     f"the compiled engine's trajectory of {B:,} runs x {T:,} steps (n={loop.n}, m={m})")
+    out = loop.run(X0, steps, perturbation, run_seeds)
     t = np.arange(T + 1) * float(np.float32(loop.config.dt))
     rec = {"x": out["x"].astype(np.float64), "u_nom": out["u_nom"].astype(np.float64),
            "u": out["u"].astype(np.float64),

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from compiler.errors import CbfsimError
 from systems import get_system
 
 from .barriers import Barrier, barrier_terms
@@ -24,6 +25,27 @@ from .filters.base import SafetyFilter
 from .simulate import rk4_zoh
 
 Reward = Callable[[np.ndarray, np.ndarray, np.ndarray], float]
+
+
+class GymInputError(CbfsimError, ValueError):
+    """An environment parameter, start state or action the adapter cannot use (names what)."""
+
+
+class EpisodeOrderError(CbfsimError, gym.error.ResetNeeded, RuntimeError):
+    """``step`` before the first ``reset`` or after the episode ended (terminated or truncated)."""
+
+
+def as_action(action: Any, m: int) -> np.ndarray:
+    """The action as a float64 (m,) array: shape (m,), or a scalar when m = 1; any other shape
+    is refused naming both (reshape used to accept (m, 1) and fail on (2,) with numpy's words)."""
+    try:
+        u = np.asarray(action, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise GymInputError(f"the action must be numbers of shape ({m},), got {action!r}") from exc
+    if u.shape == (m,) or (m == 1 and u.shape == ()):
+        return u.reshape(m)
+    raise GymInputError(f"the action must have shape ({m},) (the plant's {m} input{'s' if m > 1 else ''}), "
+                        f"got shape {u.shape}")
 
 
 def _quadratic_reward(x: np.ndarray, u: np.ndarray, x_next: np.ndarray) -> float:
@@ -41,8 +63,14 @@ class PlantEnv(gym.Env):
 
     def __init__(self, system: Any, dt: float = 0.01, substeps: int = 1, max_steps: int = 1000,
                  reward: Reward | None = None):
-        if not (dt > 0 and substeps >= 1 and max_steps >= 1):
-            raise ValueError(f"need dt > 0, substeps >= 1, max_steps >= 1; got {dt}, {substeps}, {max_steps}")
+        try:
+            ok = bool(np.isfinite(float(dt)) and float(dt) > 0 and int(substeps) == substeps >= 1
+                      and int(max_steps) == max_steps >= 1)
+        except (TypeError, ValueError, OverflowError):
+            ok = False
+        if not ok:
+            raise GymInputError(f"need a finite dt > 0 and whole substeps >= 1, max_steps >= 1; got dt={dt!r}, "
+                                f"substeps={substeps!r}, max_steps={max_steps!r}")
         self.system, self.dt, self.substeps, self.max_steps = system, float(dt), int(substeps), int(max_steps)
         self.reward_fn = reward or _quadratic_reward
         self.action_space = spaces.Box(system.u_min.astype(np.float32), system.u_max.astype(np.float32),
@@ -50,6 +78,7 @@ class PlantEnv(gym.Env):
         self.observation_space = spaces.Box(-np.inf, np.inf, shape=(system.n,), dtype=np.float64)
         self.state = np.zeros(system.n)
         self._steps = 0
+        self._ended: str | None = "reset has not been called"     # why step may not run now
 
     def _sample_safe_state(self) -> np.ndarray:
         lo, hi = (np.asarray(v, dtype=np.float64) for v in self.system.domain)
@@ -62,12 +91,27 @@ class PlantEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         x0 = (options or {}).get("x0")
-        self.state = self._sample_safe_state() if x0 is None else np.array(x0, dtype=np.float64).reshape(self.system.n)
+        self.state = self._sample_safe_state() if x0 is None else self._start_state(x0)
         self._steps = 0
+        self._ended = None
         return self.state.copy(), {"constraint": float(self.system.constraint(self.state[None, :])[0])}
 
+    def _start_state(self, x0: Any) -> np.ndarray:
+        n = self.system.n
+        try:
+            x = np.array(x0, dtype=np.float64)
+        except (TypeError, ValueError) as exc:
+            raise GymInputError(f"options['x0'] must be {n} numbers, got {x0!r}") from exc
+        if x.shape != (n,):
+            raise GymInputError(f"options['x0'] must have shape ({n},), got shape {x.shape}")
+        if not np.all(np.isfinite(x)):
+            raise GymInputError(f"options['x0'] must be finite, got {x.tolist()}")
+        return x
+
     def step(self, action: Any):
-        u = np.clip(np.asarray(action, dtype=np.float64).reshape(self.system.m), self.system.u_min, self.system.u_max)
+        if self._ended is not None:
+            raise EpisodeOrderError(f"step() called but {self._ended}; call reset() first")
+        u = np.clip(as_action(action, self.system.m), self.system.u_min, self.system.u_max)
         x = self.state
         x_next = rk4_zoh(self.system, x[None, :], u[None, :], self.dt / self.substeps, self.substeps)[0]
         self.state, self._steps = x_next, self._steps + 1
@@ -75,6 +119,9 @@ class PlantEnv(gym.Env):
         terminated = not constraint >= 0            # left the safe set (or the state is not finite)
         truncated = self._steps >= self.max_steps
         reward: SupportsFloat = self.reward_fn(x, u, x_next)
+        if terminated or truncated:
+            self._ended = (f"the episode ended at step {self._steps} "
+                           f"({'the state left the constraint set' if terminated else 'max_steps reached'})")
         return x_next.copy(), reward, terminated, truncated, {"constraint": constraint}
 
 
@@ -105,8 +152,11 @@ class SafetyFilterWrapper(gym.Wrapper):
         return self.env.reset(seed=seed, options=options)
 
     def step(self, action: Any):
+        ended = getattr(self.env.unwrapped, "_ended", None)
+        if ended is not None:          # before filtering a stale state
+            raise EpisodeOrderError(f"step() called but {ended}; call reset() first")
+        u_nom = as_action(action, self.system.m)[None, :]
         x = self.state_fn(self.env)[None, :]
-        u_nom = np.asarray(action, dtype=np.float64).reshape(1, self.system.m)
         terms = barrier_terms(self.barrier, self.system, x, self.filter.order)
         result = self.filter.filter(x, u_nom, terms)
         u = result.u[0]

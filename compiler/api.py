@@ -70,11 +70,12 @@ def compile_model(source, inputs: int, order: int = 1, dtype: str = "float", nam
     constants, weights and workspace (checked before allocating); see ``load_model`` for
     ``state_shape``. ``math`` names header math functions wanted beyond the activations'
     (e.g. ("sin", "cos") for firmware plant code)."""
+    options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout, math=tuple(math))
+    options.check()                       # before loading anything: a bad option costs nothing
     model = load_model(source, name, limits, state_shape)
     model = replace(model, name=check_identifier(name) if name else sanitize_identifier(model.name))
     model = canonicalize(model, limits)
-    options = EmitOptions(inputs=inputs, order=order, scalar=dtype, layout=layout, math=tuple(math))
-    options.check()
+    options.check_sizes(model)
     plan = cost_report(model, inputs, order, 4 if dtype == "float" else 8, layout)
     limits.check("max_workspace_bytes", plan.workspace_bytes,
                  f"the workspace of {model.name!r} ({plan.workspace_formula})")

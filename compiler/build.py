@@ -5,13 +5,18 @@ same header: no FMA contraction (-ffp-contract=off), IEEE semantics (no -ffast-m
 the header's own math functions, so neither vectorization nor -march=native can change
 any result (tests/test_compiler_exact.py checks -O0 against these flags bit for bit).
 
-The cache is safe to share between processes (pytest workers, a Dask cluster on one
-machine): see ``compiler.cache`` for how entries are published, verified and repaired.
+The cache is safe to share between processes (pytest workers, a Dask cluster): see
+``compiler.cache`` for how entries are published, verified and repaired. The key holds the
+sources and ``toolchain_identity``: the compiler, its version, the flags and what they
+resolve to on this CPU (-march=native included), so machines with different CPUs sharing one
+cache folder each get their own entry. The compiled engine (cbfsim/engine.py) keys its
+builds with the same function.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 from functools import lru_cache
@@ -47,25 +52,50 @@ def find_compiler() -> str:
     return path
 
 
-@lru_cache(maxsize=1)
-def cpu_fingerprint() -> str:
-    """-march=native code is only valid on this CPU: key the cache on its feature flags."""
-    try:
-        with open("/proc/cpuinfo") as handle:
-            flags = next((line for line in handle if line.startswith(("flags", "Features"))), "")
-    except OSError:
-        flags = ""
-    import platform
-    return hashlib.sha256((platform.machine() + flags).encode()).hexdigest()[:16]
+@lru_cache(maxsize=8)
+def compiler_version(cxx: str) -> str:
+    """The first line of ``cxx --version`` (for reports)."""
+    return compiler_banner(cxx).splitlines()[0] if compiler_banner(cxx) else cxx
 
 
 @lru_cache(maxsize=8)
-def compiler_version(cxx: str) -> str:
+def compiler_banner(cxx: str) -> str:
+    """The whole output of ``cxx --version``."""
     try:
         result = subprocess.run([cxx, "--version"], capture_output=True, text=True, timeout=30)
-    except OSError as exc:
+    except (OSError, subprocess.TimeoutExpired) as exc:
         raise ToolchainError(f"cannot run {cxx}: {exc}; {INSTALL_HINT}") from exc
-    return result.stdout.splitlines()[0] if result.stdout else cxx
+    return result.stdout
+
+
+@lru_cache(maxsize=32)
+def resolved_target(cxx: str, flags: tuple[str, ...]) -> str:
+    """What the driver passes to the compiler proper for these flags (``cxx FLAGS -### -E``):
+    -march=native resolved to this CPU's architecture, every -m feature switch and the cache
+    parameters, the target triple and the configuration. Two CPUs that differ in any of them
+    get different cache keys. Deterministic: nothing is compiled, no temporary name appears."""
+    command = [cxx, *flags, "-###", "-E", "-x", "c++", os.devnull]
+    try:
+        result = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ToolchainError(f"cannot run {cxx}: {exc}; {INSTALL_HINT}") from exc
+    if result.returncode != 0:
+        raise ToolchainError(f"{cxx} refused the build flags", command, result.stderr)
+    return result.stderr + result.stdout
+
+
+def native_arch(cxx: str, flags: tuple[str, ...]) -> str:
+    """The architecture -march=native (or the default) resolves to, e.g. 'cooperlake' ('' if unknown)."""
+    found = [a for a in re.findall(r'-march=([\w.+-]+)', resolved_target(cxx, flags)) if a != "native"]
+    return found[-1] if found else ""
+
+
+def toolchain_identity(cxx: str, flags: tuple[str, ...]) -> str:
+    """Everything besides the sources that decides the machine code of a build: the compiler's
+    resolved path, its ``--version``, the flags in order, and what they resolve to on this CPU
+    (``resolved_target``). Part of every cache key (barriers and engines)."""
+    path = os.path.realpath(cxx)
+    return "\0".join([path, compiler_banner(cxx), " ".join(flags), resolved_target(cxx, flags)])
 
 
 def build_library(name: str, header: str, abi: str, extra_flags: tuple[str, ...] = ()) -> Path:
@@ -73,8 +103,7 @@ def build_library(name: str, header: str, abi: str, extra_flags: tuple[str, ...]
     verified entry exists, else compiled in a private folder and published into the cache."""
     cxx = find_compiler()
     flags = CXXFLAGS + tuple(extra_flags)
-    key = hashlib.sha256("\0".join([name, header, abi, " ".join(flags), compiler_version(cxx),
-                                    cpu_fingerprint()]).encode()).hexdigest()[:32]
+    key = hashlib.sha256("\0".join([name, header, abi, toolchain_identity(cxx, flags)]).encode()).hexdigest()[:32]
     library = f"lib{name}.so"
 
     def compile_into(folder: Path) -> None:

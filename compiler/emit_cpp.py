@@ -19,6 +19,7 @@ from .cost import LAYOUTS, CostReport, channels_for, cost_report, embedded_span,
 from .cpp_activations import activation_body, literal, math_functions
 from .cppmath import MATH_FUNCTIONS, math_source
 from .emit_periodic import tables as periodic_tables
+from .errors import OptionError
 from .identifiers import check_identifier, include_guard, sanitize_identifier
 from .ir import Model, validate
 from .passes import require_smooth
@@ -36,17 +37,44 @@ class EmitOptions:
     math: tuple[str, ...] = ()
 
     def check(self) -> None:
-        if self.order not in (1, 2):
-            raise ValueError(f"order must be 1 or 2, got {self.order}")
+        """Refuse options the emitter cannot honour, in one line, before anything is compiled
+        (``inputs=2.5`` once reached the header as ``kInputDim = 2.5`` and failed inside g++)."""
+        if not _whole(self.order) or self.order not in (1, 2):
+            raise OptionError(f"order must be 1 or 2, got {self.order!r}")
         if self.scalar not in ("float", "double"):
-            raise ValueError(f"dtype must be 'float' or 'double', got {self.scalar!r}")
-        if self.inputs < 1:
-            raise ValueError(f"the number of inputs m must be >= 1, got {self.inputs}")
+            raise OptionError(f"dtype must be 'float' or 'double', got {self.scalar!r}")
+        if not _whole(self.inputs):
+            raise OptionError(f"inputs (m, the number of control inputs) must be a whole number, got {self.inputs!r} "
+                              f"({type(self.inputs).__name__})")
+        if not 1 <= self.inputs <= MAX_INPUTS:
+            raise OptionError(f"inputs (m, the number of control inputs) must be between 1 and {MAX_INPUTS:,}, "
+                              f"got {self.inputs:,}")
         if self.layout not in LAYOUTS:
-            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+            raise OptionError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         unknown = sorted(set(self.math) - set(MATH_FUNCTIONS))
         if unknown:
-            raise ValueError(f"unknown math functions {unknown}; the header offers {', '.join(MATH_FUNCTIONS)}")
+            raise OptionError(f"unknown math functions {unknown}; the header offers {', '.join(MATH_FUNCTIONS)}")
+
+    def check_sizes(self, model: Model) -> None:
+        """The generated C++ sizes and indexes its arrays with ``int``: G (n x m) and the widest
+        layer's m + 3 channels must stay far below INT_MAX."""
+        n, widest = model.input_dim, max(model.widths())
+        for what, count in (("G (n x m)", n * self.inputs), ("the widest layer's m + 3 channels",
+                                                              widest * (self.inputs + 3))):
+            if count > MAX_ARRAY_ELEMENTS:
+                raise OptionError(f"inputs={self.inputs:,} with {model.name!r} (n={n}, widest layer {widest}) makes "
+                                  f"{what} {count:,} scalars; the generated C++ indexes arrays with int (at most "
+                                  f"{MAX_ARRAY_ELEMENTS:,} here)")
+
+
+MAX_INPUTS = 1 << 16            # control inputs m: far beyond any plant, and int arithmetic stays exact
+MAX_ARRAY_ELEMENTS = 1 << 30    # scalars in one generated array (int indices with room for sums)
+
+
+def _whole(value: object) -> bool:
+    """An integer that is not a bool (True would become m = 1 without a word)."""
+    import numbers
+    return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
 
 
 def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:

@@ -33,6 +33,11 @@ class SmoothnessError(CompilerError, ValueError):
     """Second order asked of a network whose activation is not twice differentiable."""
 
 
+class OptionError(CompilerError, ValueError):
+    """A compile option (inputs, order, dtype, layout, math) of the wrong type or out of range,
+    refused before anything is compiled."""
+
+
 class ToolchainError(CompilerError, RuntimeError):
     """The C++ compiler is missing or failed; carries the command and its stderr."""
 

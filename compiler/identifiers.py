@@ -8,6 +8,7 @@ from __future__ import annotations
 import re
 
 from .errors import CompilerError
+from .std_macros import MACROS
 
 MAX_LENGTH = 64   # keeps NAME_abi.cpp and its temporaries far below any file-name limit
 
@@ -21,6 +22,8 @@ volatile wchar_t while xor xor_eq""".split())
 C_KEYWORDS = frozenset("restrict typeof typeof_unqual".split())   # C-only; _Bool etc. are reserved anyway
 # Names the header itself uses unqualified around the model's namespace.
 HEADER_NAMES = frozenset({"std", "detail"})
+# Names a C or C++ program reserves at global scope: the entry point.
+PROGRAM_NAMES = frozenset({"main"})
 # The extern "C" shim's own symbols (compiler/emit_abi.py): all of them start with cbf_, and the
 # firmware's generated cbf_config / cbf_system namespaces too, so the whole prefix is refused.
 SHIM_PREFIX = "cbf_"
@@ -29,8 +32,10 @@ _INT_MACROS = [f"{p}{w}_{s}" for w in (8, 16, 32, 64)
                for p, ss in (("INT", ("MIN", "MAX")), ("UINT", ("MAX",)), ("INT_LEAST", ("MIN", "MAX")),
                              ("UINT_LEAST", ("MAX",)), ("INT_FAST", ("MIN", "MAX")), ("UINT_FAST", ("MAX",)))
                for s in ss] + [f"{p}{w}_C" for w in (8, 16, 32, 64) for p in ("INT", "UINT")]
-# Macros of the C/C++ standard headers a program may include next to the generated header.
-STANDARD_MACROS = frozenset(_INT_MACROS + """NULL offsetof SIZE_MAX PTRDIFF_MIN PTRDIFF_MAX INTPTR_MIN INTPTR_MAX
+# Macros of the C/C++/POSIX headers a program may include next to the generated header: the
+# names written out here, and every one the compilers' headers define (``std_macros``: M_PI,
+# EINVAL, SIGINT, PRId64, CLOCK_REALTIME, linux, ... harvested once and frozen).
+STANDARD_MACROS = MACROS | frozenset(_INT_MACROS + """NULL offsetof SIZE_MAX PTRDIFF_MIN PTRDIFF_MAX INTPTR_MIN INTPTR_MAX
 UINTPTR_MAX INTMAX_MIN INTMAX_MAX UINTMAX_MAX INTMAX_C UINTMAX_C SIG_ATOMIC_MIN SIG_ATOMIC_MAX WCHAR_MIN WCHAR_MAX
 WINT_MIN WINT_MAX CHAR_BIT CHAR_MIN CHAR_MAX SCHAR_MIN SCHAR_MAX UCHAR_MAX SHRT_MIN SHRT_MAX USHRT_MAX INT_MIN
 INT_MAX UINT_MAX LONG_MIN LONG_MAX ULONG_MAX LLONG_MIN LLONG_MAX ULLONG_MAX MB_LEN_MAX FLT_MAX FLT_MIN FLT_EPSILON
@@ -67,8 +72,10 @@ def identifier_problem(name: str) -> str | None:
         return "the generated header uses this name itself"
     if name.startswith(SHIM_PREFIX):
         return f"the {SHIM_PREFIX}* names belong to the generated C shim and firmware"
+    if name in PROGRAM_NAMES:
+        return "it is the program's entry point, which no namespace may be named"
     if name in STANDARD_MACROS:
-        return "it is a standard C/C++ macro"
+        return "it is a macro of the standard C, C++ or POSIX headers (e.g. <cmath>, <cerrno>, <csignal>)"
     if name in GLOBAL_TYPEDEFS:
         return "it is a standard global type name"
     return None

@@ -69,10 +69,12 @@ def private_directory(parent: Path, prefix: str) -> Path:
 
 
 def publish_directory(private: Path, destination: Path) -> bool:
-    """Move the finished ``private`` folder to ``destination`` in one rename, with ordinary modes.
-    Returns False (and removes ``private``) if ``destination`` already exists."""
-    for item in private.iterdir():
-        ordinary_mode(item)
+    """Move the finished ``private`` folder to ``destination`` in one rename, with ordinary modes
+    (on everything inside it, subfolders too). Returns False (and removes ``private``) if
+    ``destination`` already exists."""
+    for item in sorted(private.rglob("*"), reverse=True):
+        if not item.is_symlink():
+            ordinary_mode(item)
     ordinary_mode(private)
     try:
         os.rename(private, destination)      # atomic; fails if destination exists and is not empty

@@ -13,6 +13,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cbfsim.device.table1 import run_table1  # noqa: E402
+from compiler.cli_errors import run  # noqa: E402
 
 
 def main(argv=None) -> int:
@@ -25,9 +26,12 @@ def main(argv=None) -> int:
     parser.add_argument("--esp32-log", action="append", default=[], metavar="EXAMPLE:METHOD=FILE",
                         help="add a captured ESP32-S3 benchmark log (repeatable; see cbfsim/device/capture.py)")
     args = parser.parse_args(argv)
-    print(run_table1(args.out_dir, quick=args.quick, no_qemu=args.no_qemu, keep=args.keep, seed=args.seed,
-                     esp32_logs=args.esp32_log), end="")
-    return 0
+
+    def table() -> int:
+        print(run_table1(args.out_dir, quick=args.quick, no_qemu=args.no_qemu, keep=args.keep, seed=args.seed,
+                         esp32_logs=args.esp32_log), end="")
+        return 0
+    return run("table1.py", table)        # a bad capture (read first) is one line, exit 1
 
 
 if __name__ == "__main__":

@@ -225,3 +225,118 @@ def test_cache_entry_manifest_records_size_and_sha256_of_every_file(tmp_path):
     manifest = json.loads((library.parent / "manifest.json").read_text())["files"]
     assert manifest[library.name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert set(manifest) == {p.name for p in library.parent.iterdir()} - {"manifest.json"}
+
+
+# ---- one discipline for every kind of entry: compiled closed loops (cbfsim/engine.py) too ----
+
+ENGINE_WORKER = r"""
+import hashlib, json
+import numpy as np
+from cbfsim.engine import simulate_card
+traj = simulate_card("vdp", np.array([[0.5, 0.5], [-0.8, 0.6]]), 0.5)
+library = traj.metadata["library"]
+print(json.dumps({"library": library, "sha256": hashlib.sha256(open(library, "rb").read()).hexdigest(),
+                  "bits": traj.x.astype(np.float32).view(np.uint32).ravel().tolist()}))
+"""
+
+
+def _run_engine_probe(cache: Path, umask: int | None = None, **env: str) -> dict:
+    script = (f"import os; os.umask({umask})\n" if umask is not None else "") + ENGINE_WORKER
+    run = subprocess.run([sys.executable, "-c", script], env=_env(cache, **env), cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, f"engine probe died with status {run.returncode}:\n{run.stderr[-3000:]}"
+    return json.loads(run.stdout)
+
+
+def _damage_zero(library: Path) -> None:
+    library.write_bytes(b"\0" * library.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", [_damage_truncate, _damage_zero, _damage_text],
+                         ids=["truncated", "zeroed", "garbage_text"])
+def test_damaged_engine_library_is_rebuilt_and_the_run_gives_the_bits_it_gave_before(tmp_path, damage):
+    first = _run_engine_probe(tmp_path / "cache")
+    library, original = _entry(first)
+    damage(library)
+    assert library.read_bytes() != original
+    second = _run_engine_probe(tmp_path / "cache")              # must not crash, must not load the damage
+    assert second["bits"] == first["bits"]
+    assert second["library"] == first["library"] and library.read_bytes() == original
+
+
+def test_zeroed_barrier_library_is_rebuilt_not_loaded(tmp_path):
+    first = _run_probe(tmp_path / "cache")
+    library, original = _entry(first)
+    _damage_zero(library)
+    assert _run_probe(tmp_path / "cache")["values"] == first["values"] and library.read_bytes() == original
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask022", "umask027"])
+def test_engine_entries_get_the_modes_the_umask_gives(tmp_path, umask):
+    cache = tmp_path / "cache"
+    library = Path(_run_engine_probe(cache, umask=umask)["library"])
+    entry = library.parent.parent
+    modes = {p.relative_to(cache).as_posix(): p.stat().st_mode & 0o777 for p in [entry, *entry.rglob("*")]}
+    folders = {k: v for k, v in modes.items() if (cache / k).is_dir()}
+    files = {k: v for k, v in modes.items() if (cache / k).is_file()}
+    assert set(folders.values()) == {0o777 & ~umask}
+    assert files[library.relative_to(cache).as_posix()] == 0o777 & ~umask
+    assert files[(entry / "manifest.json").relative_to(cache).as_posix()] == 0o666 & ~umask
+    assert (cache / "engines").stat().st_mode & 0o777 == 0o777 & ~umask
+
+
+def test_cache_info_counts_engine_entries_as_their_own_kind_and_clear_removes_them(tmp_path):
+    cache = tmp_path / "cache"
+    engine = Path(_run_engine_probe(cache)["library"])
+    _run_probe(cache)
+
+    def cbfsim(*args):
+        return subprocess.run([sys.executable, "-m", "cbfsim.cli", "cache", *args], env=_env(cache), cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+
+    info = cbfsim("info").stdout
+    assert "entries: 2 (0 damaged" in info and "barriers: 1 (0 damaged)" in info and "engines: 1 (0 damaged)" in info
+    _damage_truncate(engine)
+    info = cbfsim("info").stdout
+    assert "entries: 2 (1 damaged" in info and "barriers: 1 (0 damaged)" in info and "engines: 1 (1 damaged)" in info
+    cleared = cbfsim("clear")
+    assert cleared.returncode == 0 and "removed 2 entries" in cleared.stdout and not engine.exists()
+    assert "entries: 0 (0 damaged" in cbfsim("info").stdout
+
+
+def _other_cpu_compiler(tmp_path: Path, cxx: str) -> Path:
+    """A g++ that compiles as g++ does but says -march=native means another CPU (as the same
+    compiler on another machine of a cluster would): only its ``-###`` answer differs."""
+    wrapper = tmp_path / "g++-other-cpu"
+    wrapper.write_text(f'#!/bin/sh\ncase "$*" in *-###*) "{cxx}" "$@" 2>&1 | '
+                       f'sed "s/-march=[A-Za-z0-9_.-]*/-march=othercpu/" >&2 ;;\n*) exec "{cxx}" "$@" ;;\nesac\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_a_cpu_where_march_native_means_another_target_gets_its_own_barrier_entry(tmp_path, cxx):
+    cache = tmp_path / "cache"
+    here = _run_probe(cache)
+    proc = _probe(cache, CXX=str(_other_cpu_compiler(tmp_path, cxx)))
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-3000:]
+    there = json.loads(out)
+    assert there["library"] != here["library"] and there["values"] == here["values"]
+
+
+def test_a_cpu_where_march_native_means_another_target_gets_its_own_engine_entry(tmp_path, cxx):
+    cache = tmp_path / "cache"
+    here = _run_engine_probe(cache)
+    there = _run_engine_probe(cache, HOST_CXX=str(_other_cpu_compiler(tmp_path, cxx)))
+    assert there["library"] != here["library"] and there["bits"] == here["bits"]
+
+
+def test_the_cache_key_holds_what_march_native_means_on_this_cpu(cxx):
+    """Independent reference: the target g++ itself reports for -march=native (-Q --help=target)."""
+    from compiler.build import CXXFLAGS, native_arch, toolchain_identity
+    report = subprocess.run([cxx, "-march=native", "-Q", "--help=target"], capture_output=True, text=True).stdout
+    march = next(line.split()[-1] for line in report.splitlines() if line.strip().startswith("-march="))
+    assert march != "native" and native_arch(cxx, CXXFLAGS) == march
+    identity = toolchain_identity(cxx, CXXFLAGS)
+    assert f"-march={march}" in identity and subprocess.run([cxx, "--version"], capture_output=True,
+                                                            text=True).stdout in identity

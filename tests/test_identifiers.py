@@ -15,6 +15,9 @@ REFUSED = {
     "keyword": ["namespace", "restrict", "char8_t"],
     "shim symbol": ["cbf_lie", "cbf_dims", "cbf_abi_version", "cbf_lie2_batch", "cbf_config"],
     "macro": ["NULL", "SIZE_MAX", "INT8_MAX", "UINT64_C", "EOF", "assert", "errno", "INFINITY"],
+    "header macro": ["M_PI", "EINVAL", "SIGINT", "PRId64", "CLOCK_REALTIME", "ENOMEM", "SIG_IGN", "FE_DIVBYZERO",
+                     "O_RDONLY", "PTHREAD_MUTEX_INITIALIZER", "linux", "unix", "isnan", "quad"],
+    "entry point": ["main"],
     "typedef": ["size_t", "int8_t", "uint_fast16_t", "ptrdiff_t", "intptr_t", "max_align_t"],
     "reserved": ["_Foo", "_x", "double__underscore", "a__"],
     "length": ["a" * (MAX_LENGTH + 1), "b" * 235],
@@ -39,7 +42,8 @@ def test_longest_accepted_name_is_accepted():
 
 @pytest.mark.toolchain
 @pytest.mark.parametrize("name", ["size_t", "NULL", "INT8_MAX", "cbf_lie", "cbf_dims", "cbf_abi_version", "EOF",
-                                  "errno", "ptrdiff_t", "int8_t"])
+                                  "errno", "ptrdiff_t", "int8_t", "M_PI", "EINVAL", "SIGINT", "PRId64",
+                                  "CLOCK_REALTIME", "main"])
 def test_each_refused_class_really_fails_to_compile_when_let_through(name, cxx, tmp_path, monkeypatch):
     """The refusals are not arbitrary: with the check bypassed, g++ rejects the shim. (Function-like
     macros such as assert only break a use followed by '(', and are refused as a precaution.)"""
@@ -51,7 +55,8 @@ def test_each_refused_class_really_fails_to_compile_when_let_through(name, cxx, 
     src = compile_model(mlp([2, 3, 1], seed=0), inputs=1, name=name)
     (tmp_path / f"{name}.hpp").write_text(src.header)
     (tmp_path / "tu.cpp").write_text("#include <cassert>\n#include <cerrno>\n#include <climits>\n#include <cstdint>\n"
-                                     "#include <cstdio>\n#include <cmath>\n" + src.abi)
+                                     "#include <cstdio>\n#include <cmath>\n#include <csignal>\n#include <cinttypes>\n"
+                                     "#include <ctime>\n" + src.abi + "\nint main() { return 0; }\n")
     result = subprocess.run([cxx, "-std=c++17", "-fsyntax-only", "-I", str(tmp_path), str(tmp_path / "tu.cpp")],
                             capture_output=True, text=True)
     assert result.returncode != 0
@@ -98,3 +103,19 @@ def test_a_failed_write_of_one_file_leaves_neither(tmp_path, length):
     assert files in ([], sorted([f"{long.name}.hpp", f"{long.name}_abi.cpp"]))
     if length == 250:
         assert files == []
+
+
+@pytest.mark.parametrize("tool", ["g++", "arm-none-eabi-gcc"])
+def test_the_frozen_macro_list_covers_every_macro_the_installed_headers_define(tool):
+    """Harvested again from the compiler's headers (-E -dM), as std_macros was made: every name
+    a model could take that is a macro there is in the frozen list, and refused."""
+    import shutil
+    from compiler.identifiers import identifier_problem
+    from compiler.std_macros import HARVESTS, MACROS, harvest
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed")
+    _, language, headers, dialects = next(h for h in HARVESTS if h[0] == tool)
+    found = harvest(tool, language, headers, dialects)
+    assert {"M_PI", "EINVAL", "SIGINT", "PRId64", "CLOCK_REALTIME"} <= found or tool != "g++"
+    assert sorted(found - MACROS) == []
+    assert all(identifier_problem(name) for name in found)

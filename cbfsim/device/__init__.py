@@ -24,13 +24,13 @@ from .checks import system_checks
 from .config import Generated, RunConfig, compiled_source, f32, generate
 from .elf import (HEAP_SYMBOLS, StackReport, footprint, heap_symbols, stack_report, symbol_size,
                   undefined_symbols)
-from .errors import DeviceConfigError, DeviceError
+from .errors import DeviceConfigError, DeviceError, DeviceLogError
 from .protocol import INSTRUCTIONS_PER_SYSTICK, STATUS_NAMES, DeviceLog, bench_summary, parse_log, solve_summary
 from .reference import (ReferenceBarrier, ReferenceRun, bit_identical, max_abs_diff, polygon_demo_config,
                         polygon_disk_barrier, reference_run, summary)
 from .toolchain import FIRMWARE_DIR, INSTALL, QEMU_MACHINE, build, run, run_command
 
-__all__ = ["CARD_KEYS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "FIRMWARE_DIR",
+__all__ = ["CARD_KEYS", "CardRun", "DeviceConfigError", "DeviceError", "DeviceLog", "DeviceLogError", "FIRMWARE_DIR",
            "Generated", "HEAP_SYMBOLS", "INSTALL", "INSTRUCTIONS_PER_SYSTICK", "QEMU_MACHINE",
            "ReferenceBarrier", "ReferenceRun", "RunConfig", "SHIPPED_RUNS", "STATUS_NAMES", "StackReport",
            "bench_summary", "bit_identical", "build", "card_path_of", "card_run", "compiled_source", "f32",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-from .errors import DeviceConfigError
+from .errors import DeviceConfigError, DeviceLogError
 from .protocol import bench_summary, parse_log
 
 CPU_MHZ = 240.0        # CONFIG_ESP_DEFAULT_CPU_FREQ_MHZ in firmware/esp32/sdkconfig.defaults
@@ -36,8 +36,11 @@ def esp32_rows(specs: Iterable[str], cpu_mhz: float = CPU_MHZ) -> list[dict[str,
             text = path.read_text(errors="replace")
         except OSError as exc:
             raise DeviceConfigError(f"--esp32-log {path}: {exc.strerror}") from None
-        log = parse_log(text)
-        bench = bench_summary(log)
+        try:
+            log = parse_log(text)
+            bench = bench_summary(log)
+        except DeviceLogError as exc:
+            raise DeviceLogError(f"--esp32-log {path}: {exc}") from None
         if bench.get("unit") != "cycles":
             raise DeviceConfigError(f"--esp32-log {path}: the benchmark counts {bench.get('unit')!r}, not cycles "
                                     f"(port {log.port!r}); is it an ESP32 capture?")

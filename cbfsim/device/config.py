@@ -43,6 +43,14 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         check_margin(self.margin)
+        check_float32("alpha", self.alpha)
+        check_float32("dt", self.dt)
+        if self.params:
+            for key, value in self.params.items():
+                check_float32(f"params[{key!r}]", value)
+        if self.domain is not None and len(self.domain) == 2:
+            check_float32("domain lo", self.domain[0])
+            check_float32("domain hi", self.domain[1])
         if self.order not in (1, 2):
             raise ValueError(f"order must be 1 or 2, got {self.order}")
         if len(self.alpha) not in (1, 2) or any(not (float(a) > 0) for a in self.alpha):
@@ -62,6 +70,25 @@ class RunConfig:
     def plant(self):
         from systems import get_system
         return get_system(self.system, **self.params)
+
+
+F32_MAX = float(np.finfo(np.float32).max)
+
+
+def check_float32(field_name: str, values: Any) -> None:
+    """Every entry of ``values`` is a finite number that float32 holds (the device stores
+    float32): else DeviceConfigError naming the field and entry (a NaN start state once wrote
+    ``nanf`` into cbf_config.hpp, and 1e39 became inf)."""
+    items = list(np.ravel(np.asarray(values, dtype=object)))
+    for i, value in enumerate(items):
+        where = f"{field_name}[{i}]" if len(items) > 1 or np.ndim(values) else field_name
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise DeviceConfigError(f"{where} must be a number, got {value!r}")
+        if not np.isfinite(float(value)):
+            raise DeviceConfigError(f"{where} is {float(value)}; it must be a finite number")
+        if abs(float(value)) > F32_MAX:
+            raise DeviceConfigError(f"{where} = {float(value):g} overflows float32 (largest {F32_MAX:g}), which the "
+                                    "device stores")
 
 
 def f32(value: float) -> float:
@@ -144,6 +171,12 @@ def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "ba
     compiled = compiled_source(model, config, name)
     system = config.plant()
     check_against_plant(config, system)
+    lo, hi = system.domain if config.domain is None else config.domain
+    if len(lo) != system.n:
+        raise ValueError(f"domain must have {system.n} entries per bound for {system.name}, got {len(lo)}")
+    check_float32("x0", config.x0)            # before anything is written: all files or none
+    check_float32("domain lo", lo)
+    check_float32("domain hi", hi)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     compiled.write(out)
@@ -157,9 +190,6 @@ def generate(model: Any, config: RunConfig, out_dir: str | Path, name: str = "ba
     tag_match = re.search(r"model sha256 ([0-9a-f]+)", compiled.header)
     tag = tag_match.group(1) if tag_match else "unknown"
     workspace = compiled.report.workspace_scalars * compiled.report.scalar_bytes   # = kWorkspaceBytes
-    lo, hi = system.domain if config.domain is None else config.domain
-    if len(lo) != system.n:
-        raise ValueError(f"domain must have {system.n} entries per bound for {system.name}, got {len(lo)}")
     a1, a2 = config.alphas
     if config.order == 1:
         call = "(void)Dff;\n    (void)DfG;\n    return barrier::lie(x, f, G, out);"

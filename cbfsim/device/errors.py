@@ -11,3 +11,8 @@ class DeviceError(CbfsimError, RuntimeError):
 class DeviceConfigError(CbfsimError, ValueError):
     """A device run that cannot be configured as asked: a model card that does not match its
     plant, a missing nominal controller or x0, an unknown run option (the message names it)."""
+
+
+class DeviceLogError(DeviceError, ValueError):
+    """A device log the line protocol cannot decode: the message names the line number and
+    what is wrong with it (a garbled word, a missing field, a record out of order)."""

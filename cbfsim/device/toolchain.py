@@ -49,6 +49,21 @@ def build(target: str, generated: Generated | None, out_dir: str | Path, modes: 
                   "m7": "m7/fw.elf", "xtensa": "xtensa/app.o"}[target]
 
 
+def engine_toolchain() -> tuple[str, tuple[str, ...]]:
+    """The compiler (resolved path) and flags ``make engine`` uses, read from firmware/Makefile
+    (its ``engine-flags`` target), so that the engine's cache key holds exactly them."""
+    import shlex
+    import shutil
+    _tool("host", "g++")
+    command = ["make", "-s", "--no-print-directory", "-C", str(FIRMWARE_DIR), "engine-flags"]
+    result = subprocess.run(command, capture_output=True, text=True)
+    words = shlex.split(result.stdout.strip()) if result.returncode == 0 else []
+    compiler = shutil.which(words[0]) if words else None
+    if compiler is None:
+        raise ToolchainError("firmware/Makefile gave no engine compiler", command, result.stdout + result.stderr)
+    return compiler, tuple(words[1:])
+
+
 def run_command(target: str, program: str | Path) -> list[str]:
     """The command that runs a built program (QEMU for the Cortex-M targets)."""
     if target == "host":

@@ -118,9 +118,19 @@ def term_list(terms: Any, n_barriers: int, second_order: bool = False) -> list[L
     return list(items)
 
 
+# Extreme Lie terms (|h|, |L_f h| near 1e308, or infinite) make a row overflow to +-inf, or
+# NaN where two infinities cancel. That is IEEE arithmetic doing its job: the row solvers and
+# the fault policy (row_filter.py, fallback.py) decide such rows, and the filter never returns
+# NaN. So numpy is told not to print a RuntimeWarning for them (the probe saw one per step).
+EXTREME_TERMS = {"over": "ignore", "invalid": "ignore", "divide": "ignore"}
+
+
 def cbf_rows(terms: LieTerms, alpha: ClassK) -> tuple[np.ndarray, np.ndarray]:
-    """First-order CBF row: L_f h + L_G h u >= -alpha(h)  ->  a = L_f h + alpha(h), b = L_G h."""
-    return np.asarray(terms.Lf + alpha(terms.h), dtype=np.float64), np.asarray(terms.Lg, dtype=np.float64)
+    """First-order CBF row: L_f h + L_G h u >= -alpha(h)  ->  a = L_f h + alpha(h), b = L_G h
+    (+-inf or NaN for extreme terms, without warnings: see EXTREME_TERMS)."""
+    with np.errstate(**EXTREME_TERMS):
+        a = terms.Lf + alpha(terms.h)
+    return np.asarray(a, dtype=np.float64), np.asarray(terms.Lg, dtype=np.float64)
 
 
 def stack_rows(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -20,7 +20,7 @@ from training.margin import Margin
 
 from ..barriers import LieTerms2
 from ..classk import ClassK, Linear
-from .base import DEFAULT_SLACK_TOL, RowSolver, input_bounds, stack_rows, term_list
+from .base import DEFAULT_SLACK_TOL, EXTREME_TERMS, RowSolver, input_bounds, stack_rows, term_list
 from .cbf_qp import QPRowSolver
 from .fallback import Fallback
 from .projection import ProjectionRowSolver
@@ -29,12 +29,15 @@ from .row_filter import RowFilter
 
 def psi1(terms: LieTerms2, alpha1: ClassK) -> np.ndarray:
     """First HOCBF function psi1 = L_f h + alpha1(h), shape (B,)."""
-    return np.asarray(terms.Lf + alpha1(terms.h), dtype=np.float64)
+    with np.errstate(**EXTREME_TERMS):
+        return np.asarray(terms.Lf + alpha1(terms.h), dtype=np.float64)
 
 
 def hocbf_rows(terms: LieTerms2, alpha1: ClassK, alpha2: ClassK) -> tuple[np.ndarray, np.ndarray]:
-    """Row of psi1' + alpha2(psi1) >= 0: a = Lf2 + alpha1'(h) Lf + alpha2(psi1), b = LgLf."""
-    a = terms.Lf2 + alpha1.derivative(terms.h) * terms.Lf + alpha2(psi1(terms, alpha1))
+    """Row of psi1' + alpha2(psi1) >= 0: a = Lf2 + alpha1'(h) Lf + alpha2(psi1), b = LgLf
+    (+-inf or NaN for extreme terms, without warnings: see base.EXTREME_TERMS)."""
+    with np.errstate(**EXTREME_TERMS):
+        a = terms.Lf2 + alpha1.derivative(terms.h) * terms.Lf + alpha2(psi1(terms, alpha1))
     return np.asarray(a, dtype=np.float64), np.asarray(terms.LgLf, dtype=np.float64)
 
 

@@ -1,4 +1,4 @@
-"""``cbfsim cache info|clear``: inspect or empty the build cache of compiled barriers."""
+"""``cbfsim cache info|clear``: inspect or empty the build cache (compiled barriers and engines)."""
 from __future__ import annotations
 
 import logging
@@ -13,10 +13,10 @@ log = logging.getLogger("cbfsim.cache")
 def build_parser() -> OneLineParser:
     """The parser of ``cbfsim cache`` (docs/cli.md is generated from it)."""
     parser = OneLineParser(
-        prog="cbfsim cache", description="The build cache of compiled barriers ($CBFSIM_CACHE, else "
+        prog="cbfsim cache", description="The build cache of compiled barriers and engines ($CBFSIM_CACHE, else "
                                          "$XDG_CACHE_HOME/cbfsim, else ~/.cache/cbfsim).")
     parser.add_argument("action", choices=("info", "clear"),
-                        help="info: where it is, how many entries (and damaged ones), its size; "
+                        help="info: where it is, how many entries of each kind (and damaged ones), its size; "
                              "clear: remove every entry")
     add_common_flags(parser)
     return parser

@@ -102,15 +102,17 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
         margin.check_domain(system.n, card.domain_lo, card.domain_hi)
     except MarginError as e:
         raise CertifyError(f"card config: {e}") from None
+    plant = plant_enclosure(system)
+    lo, hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
+    check_period(plant, float(dt), lo, hi, np.asarray(card.u_min, float), np.asarray(card.u_max, float))
     read = reads_state(model, system.n)
     used = read | _plant_uses(system)
-    lo, hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
     periodic = {int(i): float(p) for i, p in (getattr(system, "periodic", None) or {}).items()}
     try:
         faces = faces_from_config(system, card.config, lo, hi)
     except FaceError as e:
         raise CertifyError(f"card config: {e}") from None
-    return Problem(model=model, system=system, plant=plant_enclosure(system), order=card.order,
+    return Problem(model=model, system=system, plant=plant, order=card.order,
                    gains=card.gains, u_lo=np.asarray(card.u_min, float), u_hi=np.asarray(card.u_max, float),
                    lo=lo, hi=hi, dt=float(dt),
                    splittable=used, read_by_network=read,
@@ -140,6 +142,42 @@ def _plant_uses(system) -> np.ndarray:
     exprs = list(system.f_expr) + list(system.G_expr) + [system.constraint_expr]
     free = set().union(*(sp.sympify(e).free_symbols for e in exprs))
     return np.array([s in free for s in system.x_sym])
+
+
+def _closes(plant: Any, points: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray, T: float) -> bool:
+    """Whether the one-period tube (``sampled.tube``) closes from at least one of ``points``."""
+    from compiler.interval import Interval
+    from .sampled import tube
+    with np.errstate(all="ignore"):
+        return bool(np.any(tube(plant, Interval(points, points), u_lo, u_hi, T).ok))
+
+
+def check_period(plant: Any, dt: float, lo: np.ndarray, hi: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> None:
+    """Refuse a period the reach computation cannot handle: when the one-period tube does not
+    close even from single states (the centre of the domain and the corners of its middle half,
+    the smallest boxes the search could reach), no box can ever pass the sampled-data
+    condition and the search would split until its budget runs out (``--dt 1e9`` ran for
+    hours). One tube evaluation when the period is fine; a bisection for the message when not."""
+    if dt == 0.0:
+        return
+    n = len(lo)
+    centre, half = (lo + hi) / 2.0, (hi - lo) / 4.0
+    corners = np.array(np.meshgrid(*[(-1.0, 1.0)] * n, indexing="ij")).reshape(n, -1).T if n <= 10 else np.empty((0, n))
+    points = np.vstack([centre, centre + corners * half])
+    if _closes(plant, points, u_lo, u_hi, dt):
+        return
+    good, bad = 0.0, dt
+    for _ in range(60):                      # bisection in log scale: the longest period that still closes
+        trial = np.sqrt(good * bad) if good > 0 else bad * 1e-6 if bad > 1e-6 else bad / 2
+        if _closes(plant, points, u_lo, u_hi, trial):
+            good = trial
+        else:
+            bad = trial
+        if good > 0 and bad / good < 1.01:
+            break
+    hint = f"; here it handles periods up to about {good:.3g} s" if good > 0 else ""
+    raise CertifyError(f"--dt {dt:g} s is too long for the reach computation: the one-period tube does not close even "
+                       f"from single states of the domain, so nothing could be certified{hint}")
 
 
 def plant_enclosure(system):
