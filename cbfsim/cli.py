@@ -131,6 +131,7 @@ the control period; counterexamples are confirmed in float64. Exit status: 0 cer
 
 
 DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
+DEFAULT_MAX_BOXES = 2_000_000    # = training.certify.api.DEFAULT_MAX_BOXES (a test keeps the two equal)
 
 
 def _certify_parser() -> argparse.ArgumentParser:
@@ -146,6 +147,14 @@ def _certify_parser() -> argparse.ArgumentParser:
                         help="filter margin eps (default: search between the largest feasible and the smallest "
                              "sampled-safe margin, starting from the card's recorded margin; times the card's "
                              "margin_scale bias + w.x when it has one)")
+    parser.add_argument("--max-boxes", type=positive_int, default=DEFAULT_MAX_BOXES,
+                        help=f"boxes evaluated before giving up with a verdict of not certified "
+                             f"(default {DEFAULT_MAX_BOXES:,})")
+    parser.add_argument("--condition", choices=("filter", "boundary"), default="filter",
+                        help="filter (default): the filter's row on the whole certified set, with its margin and "
+                             "the control period; boundary: the continuous-time boundary (Nagumo) condition of "
+                             "the barrier-certificate literature, sup_u L_f h + L_G h.u >= 0 where h = 0, no "
+                             "class-K term, no margin (--dt 0 only)")
     parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
     add_common_flags(parser)
     return parser
@@ -163,7 +172,7 @@ def _certify(args: argparse.Namespace) -> int:
     if args.output is not None:                 # before the search, not after it
         check_can_create(args.output.parent)
     cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
-                   progress=sys.stderr.isatty())
+                   progress=sys.stderr.isatty(), max_boxes=args.max_boxes, condition=args.condition)
     log.info(cert.summary())
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
