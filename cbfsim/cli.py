@@ -43,8 +43,9 @@ def _simulate_parser() -> argparse.ArgumentParser:
                         help="control period in seconds (default: the certificate's period, else 0.01); another "
                              "period than the certified one runs outside the proof (--strict refuses it)")
     parser.add_argument("--substeps", type=positive_int, default=1, help="RK4 steps per control period (default 1)")
-    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
-                        help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
+    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default=None,
+                        help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop "
+                             "(default: osqp; none for a plant without inputs, m = 0)")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
     parser.add_argument("--strict", action="store_true",
                         help="refuse to run when x0 lies outside the constraint set, the certified set or the "
@@ -90,6 +91,11 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         + claim.domain_findings(x0)
     if args.strict:
         report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
+    if args.filter is None:
+        args.filter = "osqp" if system.m else "none"
+    elif system.m == 0 and args.filter != "none":
+        parser.error(f"--filter {args.filter}: {system.name} has no inputs (m = 0), there is nothing to filter; "
+                     "use --filter none")
     if faces and args.filter == "projection":
         parser.error("the certificate's face rows need --filter osqp (the projection solves one row)")
     if args.filter == "none":

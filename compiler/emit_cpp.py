@@ -39,8 +39,8 @@ class EmitOptions:
             raise ValueError(f"order must be 1 or 2, got {self.order}")
         if self.scalar not in ("float", "double"):
             raise ValueError(f"dtype must be 'float' or 'double', got {self.scalar!r}")
-        if self.inputs < 1:
-            raise ValueError(f"the number of inputs m must be >= 1, got {self.inputs}")
+        if self.inputs < 0:        # 0: an autonomous plant (no G columns; lie() gives h, L_f h)
+            raise ValueError(f"the number of inputs m must be >= 0, got {self.inputs}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         unknown = sorted(set(self.math) - set(MATH_FUNCTIONS))

@@ -7,6 +7,7 @@ cbfsim/ imports all three.  Your own plant: subclass ``ControlAffineSystem`` and
 from .acc import acc
 from .base import ControlAffineSystem, Controller
 from .bicycle import bicycle, steering_angle
+from .darboux import darboux
 from .double_integrator import double_integrator
 from .inverted_pendulum import inverted_pendulum
 from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
@@ -16,6 +17,6 @@ from .van_der_pol import van_der_pol
 __all__ = [
     "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
     "register", "system_origin", "unregister",
-    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
+    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator", "darboux",
     "steering_angle",
 ]

@@ -20,6 +20,7 @@ from compiler.errors import CbfsimError
 from .acc import acc
 from .base import ControlAffineSystem
 from .bicycle import bicycle
+from .darboux import darboux
 from .double_integrator import double_integrator
 from .inverted_pendulum import inverted_pendulum
 from .unicycle import unicycle
@@ -35,6 +36,7 @@ BUILTIN: dict[str, Factory] = {
     "acc": acc,
     "unicycle": unicycle,
     "double_integrator": double_integrator,
+    "darboux": darboux,
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(BUILTIN)
 _REGISTERED: dict[str, Factory] = {}
