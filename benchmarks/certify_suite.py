@@ -72,7 +72,8 @@ def table(results: list[dict]) -> str:
         target = f"<= {pub / SPEEDUP:.3g} s" if pub else "n/a"
         met = ("yes" if r["ct"]["certified"] and r["ct"]["wall"] <= pub / SPEEDUP else "no") if pub else "n/a"
         boxes = r["ct"]["boxes"]
-        ct = f"{r['ct']['verdict']} ({boxes['proven']} proven, {boxes['undecided']} undecided boxes)"
+        ct = r["ct"]["verdict"] + (" (by the falsifier, before any box)" if not boxes["evaluated"] else
+                                   f" ({boxes['proven']} proven, {boxes['undecided']} undecided boxes)")
         held = r["held"]["verdict"] if r["held"] else "n/a (no input)"
         published = (f"{pub:g} s" if pub else "see note") + (f" ({r['note']})" if r["note"] else "")
         lines.append(f"| {r['plant']} ({r['n']}, {r['m']}) | {r['network']} | {ct} | {held} | {published} | "

@@ -94,3 +94,15 @@ def test_darboux_records_its_initial_set_as_data_inside_the_safe_set():
     assert (a, b, c, d) == (0.0, 1.0, 1.0, 2.0)
     grid = np.stack(np.meshgrid(np.linspace(a, b, 21), np.linspace(c, d, 21)), -1).reshape(-1, 2)
     assert np.all(s.constraint(grid) > 0)
+
+
+def test_benchmark_presets_train_the_published_network_sizes():
+    from training.presets import preset
+    sizes = {"darboux": ("darboux", [32, 32]), "obstacle_avoidance": ("obstacle_avoidance", [32]),
+             "obstacle_avoidance_relu": ("obstacle_avoidance", [32]), "spacecraft": ("spacecraft", [8, 8, 8]),
+             "hi_ord8": ("hi_ord8", [16])}
+    for name, (system, hidden) in sizes.items():
+        cfg = preset(name)
+        assert cfg.system == system and cfg.hidden == hidden
+        assert cfg.build_system().name == system
+    assert preset("obstacle_avoidance_relu").activation == "relu"
