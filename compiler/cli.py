@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import CompilerError
-from .cli_errors import OneLineParser, add_common_flags, output_directory, positive_int, run_parsed
+from .cli_errors import OneLineParser, add_common_flags, nonnegative_int, output_directory, run_parsed
 from .limits import add_limit_arguments, limits_from_args
 
 
@@ -25,8 +25,8 @@ def build_parser(prog: str = "cbfc") -> argparse.ArgumentParser:
                     "that returns h, L_f h, L_G h (and, with --order 2, L_f^2 h and L_G L_f h) exactly by "
                     "dual numbers, from static memory; plus an extern \"C\" shim for ctypes.")
     parser.add_argument("model", help="the barrier network as an ONNX file (export with torch.onnx.export)")
-    parser.add_argument("--inputs", "-m", type=positive_int, required=True, metavar="M",
-                        help="number of control inputs m (columns of G(x))")
+    parser.add_argument("--inputs", "-m", type=nonnegative_int, required=True, metavar="M",
+                        help="number of control inputs m (columns of G(x)); 0 for an autonomous plant")
     parser.add_argument("--order", type=int, choices=(1, 2), default=1,
                         help="1: h, L_f h, L_G h; 2: also L_f^2 h and L_G L_f h (needs C^2 activations)")
     parser.add_argument("--name", help="C++ namespace and file name (default: the model file's stem)")

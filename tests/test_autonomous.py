@@ -118,3 +118,32 @@ def test_the_card_takes_empty_inputs_and_still_refuses_a_wrong_one(trained):
     data["input_names"] = "u"
     with pytest.raises(CardError, match="input_names"):
         load_card(data)
+
+
+@pytest.mark.parametrize("dtype, tol", [("double", 1e-12), ("float", 1e-5)])
+def test_the_header_compiles_with_no_inputs_and_matches_torch_autograd(trained, dtype, tol):
+    """inputs=0: lie() gives h and L_f h (L_G h has zero columns), against torch float64."""
+    from compiler.api import compile_barrier
+    lib = compile_barrier(str(trained / "model.onnx"), inputs=0, order=1, dtype=dtype)
+    s = Sink()
+    x = np.random.default_rng(4).uniform(-2, 2, size=(64, 2))
+    h, lf, lg = lib.lie(x, s.f(x), s.G(x))
+    assert np.shape(lg) == (64, 0)
+    import onnx
+    from onnx import numpy_helper
+    weights = [numpy_helper.to_array(t).astype(np.float64) for t in onnx.load(str(trained / "model.onnx")).graph.initializer]
+    mats = {w.ndim: [] for w in weights}
+    for w in weights:
+        mats[w.ndim].append(w)
+    xt = torch.tensor(x, requires_grad=True)
+    z = xt
+    layers = list(zip(mats[2], mats[1]))
+    for k, (W, b) in enumerate(layers):
+        z = z @ torch.tensor(W).T + torch.tensor(b)
+        if k < len(layers) - 1:
+            z = torch.nn.functional.softplus(z)
+    href = z[:, 0]
+    (grad,) = torch.autograd.grad(href.sum(), xt)
+    lfref = (grad.numpy() * s.f(x)).sum(1)
+    np.testing.assert_allclose(h, href.detach().numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(lf, lfref, rtol=tol, atol=tol)
