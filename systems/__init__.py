@@ -20,6 +20,7 @@ from .van_der_pol import van_der_pol
 __all__ = [
     "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
     "register", "system_origin", "unregister",
-    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator", "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8",
+    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
+    "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8",
     "steering_angle",
 ]
