@@ -100,3 +100,31 @@ def test_command_line_max_boxes_and_condition(diamond):
     sampled = _cli(str(onnx), str(card), "--condition", "boundary", "--dt", "0.01")
     assert sampled.returncode == 1 and sampled.stderr.count("\n") == 1 and "--dt" in sampled.stderr
     assert _cli(str(onnx), str(card), "--max-boxes", "0").returncode == 2
+
+
+def test_the_boundary_bound_is_below_torch_on_the_zero_level_set_and_not_asked_off_it(tmp_path):
+    """The branch and bound's own bound (not the falsifier): on small boxes around states of
+    {h = 0} it lies below sup_u hdot there (torch float64); boxes inside or outside the set,
+    not meeting h = 0, are not asked (+inf), unlike the filter's condition on all of C."""
+    from compiler.interval import Interval
+    from training.certify.conditions import evaluate
+    from training.certify.problem import load_problem
+    seq = _diamond_layers()
+    small = 0.01
+    onnx, card = _write(tmp_path, seq, "weak", u_min=[-small], u_max=[small])
+    problem = load_problem(onnx, card, 0.0)
+    problem.condition = "boundary"
+    x = _zero_level(seq, count=300)
+    _, lf, lg = _torch_terms(seq, x)
+    rate = lf + small * np.abs(lg)
+    for width in (1e-2, 1e-4):
+        bounds = evaluate(problem, Interval(x - width, x + width), 0.0)
+        score = bounds.scores["feasibility"]
+        assert np.all(np.isfinite(score)) and np.all(score <= rate + 1e-12)
+        assert np.all(bounds.scores["sampled_data"] == np.inf)
+    assert np.max(rate - evaluate(problem, Interval(x - 1e-4, x + 1e-4), 0.0).scores["feasibility"]) < 0.05
+    centre = np.zeros((1, 2))                                   # h(0) = 1.4 - ... > 0: inside, off h = 0
+    inside = evaluate(problem, Interval(centre - 0.05, centre + 0.05), 0.0)
+    assert inside.scores["feasibility"][0] == np.inf
+    problem.condition = "filter"
+    assert np.isfinite(evaluate(problem, Interval(centre - 0.05, centre + 0.05), 0.0).scores["feasibility"][0])
