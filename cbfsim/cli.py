@@ -63,14 +63,17 @@ def _simulate_parser() -> argparse.ArgumentParser:
                              "certificate's period, else 0.01)")
     parser.add_argument("--substeps", type=positive_int, default=1,
                         help="RK4 steps per control period; raise it for stiff or fast plants")
-    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
+    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default=None,
                         help="osqp: the CBF-QP solved by OSQP; projection: the exact one-constraint projection "
-                             "(what the firmware runs); none: the nominal loop, unfiltered, for comparison")
+                             "(what the firmware runs); none: the nominal loop, unfiltered, for comparison "
+                             "(default: osqp; none for a plant without inputs, m = 0)")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate",
                         help="directory for trajectory.npz and the figures (created; existing files replaced)")
     parser.add_argument("--strict", action="store_true",
-                        help="refuse to run when x0 lies outside the constraint or certified set, the card's "
-                             "verification failed, or the model has no certificate (default: warn and record)")
+                        help="refuse to run when x0 lies outside the constraint set, the certified set or the "
+                             "certified domain, the period differs from the certified one, the margin is smaller, "
+                             "the certificate is for another model, the card's verification failed, or the model "
+                             "has no certificate (default: warn and record)")
     add_common_flags(parser)
     return parser
 
@@ -132,6 +135,11 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         + claim.domain_findings(X0)
     if args.strict:
         report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
+    if args.filter is None:
+        args.filter = "osqp" if system.m else "none"
+    elif system.m == 0 and args.filter != "none":
+        parser.error(f"--filter {args.filter}: {system.name} has no inputs (m = 0), there is nothing to filter; "
+                     "use --filter none")
     if faces and args.filter == "projection":
         parser.error("the certificate's face rows need --filter osqp (the projection solves one row)")
     if args.filter == "none":
@@ -179,6 +187,7 @@ the control period; counterexamples are confirmed in float64. Exit status: 0 cer
 
 
 DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
+DEFAULT_MAX_BOXES = 2_000_000    # = training.certify.api.DEFAULT_MAX_BOXES (a test keeps the two equal)
 
 
 def _certify_parser() -> argparse.ArgumentParser:
@@ -199,6 +208,14 @@ def _certify_parser() -> argparse.ArgumentParser:
                              "(default: search between the largest feasible and the smallest sampled-safe margin, "
                              "starting from the card's recorded margin; times the card's margin_scale bias + w.x "
                              "when it has one)")
+    parser.add_argument("--max-boxes", type=positive_int, default=DEFAULT_MAX_BOXES,
+                        help="boxes evaluated before giving up with a verdict of not certified; raise it when "
+                             "boxes stay undecided")
+    parser.add_argument("--condition", choices=("filter", "boundary"), default="filter",
+                        help="filter: the filter's row on the whole certified set, with its margin and the control "
+                             "period; boundary: the continuous-time boundary (Nagumo) condition of the "
+                             "barrier-certificate literature, sup_u L_f h + L_G h.u >= 0 where h = 0, no class-K "
+                             "term, no margin (--dt 0 only)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the certificate (JSON) here; put it beside the card as STEM.cert.json so "
                              "simulate and the experiments use its margin (default: print the summary only)")
@@ -218,7 +235,7 @@ def _certify(args: argparse.Namespace) -> int:
     if args.output is not None:                 # before the search, not after it
         check_can_create(args.output.parent)
     cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
-                   progress=sys.stderr.isatty())
+                   progress=sys.stderr.isatty(), max_boxes=args.max_boxes, condition=args.condition)
     log.info(cert.summary())
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)

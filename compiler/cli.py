@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import CompilerError
-from .cli_errors import OneLineParser, add_common_flags, output_directory, positive_int, run_parsed
+from .cli_errors import OneLineParser, add_common_flags, nonnegative_int, output_directory, run_parsed
 from .limits import add_limit_arguments, limits_from_args
 
 
@@ -27,9 +27,9 @@ def build_parser(prog: str = "cbfc", inputs_help: str | None = None) -> argparse
                     "that returns h, L_f h, L_G h (and, with --order 2, L_f^2 h and L_G L_f h) exactly by "
                     "dual numbers, from static memory; plus an extern \"C\" shim for ctypes.")
     parser.add_argument("model", help="the barrier network as an ONNX file (export with torch.onnx.export)")
-    parser.add_argument("--inputs", "-m", type=positive_int, required=inputs_help is None, metavar="M",
+    parser.add_argument("--inputs", "-m", type=nonnegative_int, required=inputs_help is None, metavar="M",
                         help=inputs_help or "number of control inputs m, the columns of G(x): the header "
-                                            "returns one L_G h entry per input")
+                                            "returns one L_G h entry per input (0 for an autonomous plant)")
     parser.add_argument("--order", type=int, choices=(1, 2), default=1,
                         help="1: h, L_f h, L_G h; 2: also L_f^2 h and L_G L_f h, for a HOCBF (needs "
                              "twice-differentiable activations)")

@@ -46,8 +46,8 @@ class EmitOptions:
         if not _whole(self.inputs):
             raise OptionError(f"inputs (m, the number of control inputs) must be a whole number, got {self.inputs!r} "
                               f"({type(self.inputs).__name__})")
-        if not 1 <= self.inputs <= MAX_INPUTS:
-            raise OptionError(f"inputs (m, the number of control inputs) must be between 1 and {MAX_INPUTS:,}, "
+        if not 0 <= self.inputs <= MAX_INPUTS:    # 0: an autonomous plant (no G columns)
+            raise OptionError(f"inputs (m, the number of control inputs) must be between 0 and {MAX_INPUTS:,}, "
                               f"got {self.inputs:,}")
         if self.layout not in LAYOUTS:
             raise OptionError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")

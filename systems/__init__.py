@@ -7,9 +7,13 @@ cbfsim/ imports all three.  Your own plant: subclass ``ControlAffineSystem`` and
 from .acc import acc
 from .base import ControlAffineSystem, Controller
 from .bicycle import bicycle, steering_angle
+from .darboux import darboux
+from .hi_ord8 import hi_ord8
+from .obstacle_avoidance import obstacle_avoidance
 from .double_integrator import double_integrator
 from .inverted_pendulum import inverted_pendulum
 from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
+from .spacecraft import spacecraft
 from .unicycle import unicycle
 from .van_der_pol import van_der_pol
 
@@ -17,5 +21,6 @@ __all__ = [
     "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
     "register", "system_origin", "unregister",
     "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
+    "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8",
     "steering_angle",
 ]

@@ -159,6 +159,8 @@ class _Field:
             self._torch = lambdify(self.args, [self.exprs[i] for i in self.var],
                                    _torch_namespace(), PythonExactPrinter)
         batch = tuple(like.shape)
+        if not self.exprs:                  # an empty field (G of an autonomous plant, m = 0)
+            return like.new_zeros(batch + self.shape)
         entries: list[Any] = [None] * len(self.exprs)
         for i, c in self.const.items():
             entries[i] = like.new_full(batch, c)
@@ -557,6 +559,8 @@ class ControlAffineSystem:
         xs, vs = set(self.x_sym), set(v_sym)
 
         def vec(name: str, seq: Sequence[Any]) -> str:
+            if not len(seq):        # no inputs (m = 0): ISO C++ has no zero-size arrays
+                return f"inline constexpr const {T}* {name} = nullptr;"
             return f"inline constexpr {T} {name}[{len(seq)}] = {{{', '.join(pr.literal(s) for s in seq)}}};"
 
         f_list = list(self.f_expr)
@@ -577,6 +581,8 @@ class ControlAffineSystem:
                           list(c.expr), [f"u[{j}]" for j in range(m)], {"x": xs}))
         blocks = []
         for comment, sig, exprs, targets, params in funcs:
+            if targets is not None and not targets:     # m = 0: G and the nominals write nothing
+                params = {**params, sig[sig.rindex("*") + 1:].strip(" )"): set()}
             body = _cpp_statements(pr, T, exprs, targets)
             blocks.append(comment + "\n" + _cpp_function(sig, body, params, exprs))
         code = "\n\n".join(blocks)

@@ -135,6 +135,8 @@ def _nest(flat: list[Any], shape: tuple[int, ...]) -> Any:
         return flat[0]
     if len(shape) == 1:
         return flat
+    if shape[0] == 0:                  # e.g. jac_G of an autonomous plant (m = 0): no matrices
+        return []
     step = len(flat) // shape[0]
     return [_nest(flat[k * step:(k + 1) * step], shape[1:]) for k in range(shape[0])]
 

@@ -20,6 +20,10 @@ from compiler.errors import CbfsimError
 from .acc import acc
 from .base import ControlAffineSystem
 from .bicycle import bicycle
+from .darboux import darboux
+from .hi_ord8 import hi_ord8
+from .obstacle_avoidance import obstacle_avoidance
+from .spacecraft import spacecraft
 from .double_integrator import double_integrator
 from .inverted_pendulum import inverted_pendulum
 from .unicycle import unicycle
@@ -35,6 +39,10 @@ BUILTIN: dict[str, Factory] = {
     "acc": acc,
     "unicycle": unicycle,
     "double_integrator": double_integrator,
+    "darboux": darboux,
+    "obstacle_avoidance": obstacle_avoidance,
+    "spacecraft": spacecraft,
+    "hi_ord8": hi_ord8,
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(BUILTIN)
 _REGISTERED: dict[str, Factory] = {}

@@ -77,7 +77,7 @@ CASES: dict[str, tuple[list[str], int, tuple[str, ...]]] = {
     "certify: --dt nan": ([*CERTIFY, "model.json", "--dt", "nan"], 2, ("--dt", "finite")),
     "certify: --dt -1": ([*CERTIFY, "model.json", "--dt", "-1"], 2, ("--dt", ">= 0")),
     "certify: --time-limit -1": ([*CERTIFY, "model.json", "--time-limit", "-1"], 2, ("--time-limit", ">= 0")),
-    "cbfc: --inputs 0": ([*CBFC, "model.onnx", "--inputs", "0", "-o", "out"], 2, ("--inputs", ">= 1")),
+    "cbfc: --inputs -1": ([*CBFC, "model.onnx", "--inputs", "-1", "-o", "out"], 2, ("--inputs", ">= 0")),
     "vdp.py: --t-final 0": ([*VDP_SCRIPT, "--t-final", "0", "--out", "out"], 2, ("--t-final", "> 0")),
     "vdp.py: --runs -3": ([*VDP_SCRIPT, "--runs", "-3", "--out", "out"], 2, ("--runs", ">= 1")),
     # output directories

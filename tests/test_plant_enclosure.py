@@ -78,6 +78,8 @@ def enclose(fn: Callable[[list[Any]], Any], backend: str, lo: np.ndarray, hi: np
     if backend == "interval":
         out = _flatten(fn([Interval(lo[:, i], hi[:, i]) for i in range(lo.shape[1])]))
         pairs = [_bounds_of(e, lo.shape[0]) for e in out]
+        if not pairs:                   # an empty field (G of an autonomous plant, m = 0)
+            return np.zeros((lo.shape[0], 0)), np.zeros((lo.shape[0], 0))
         return np.stack([p[0] for p in pairs], 1), np.stack([p[1] for p in pairs], 1)
     rows_lo, rows_hi = [], []
     for b in range(lo.shape[0]):
@@ -85,7 +87,7 @@ def enclose(fn: Callable[[list[Any]], Any], backend: str, lo: np.ndarray, hi: np
         pairs = [_bounds_of(e, 1) for e in out]
         rows_lo.append([p[0][0] for p in pairs])
         rows_hi.append([p[1][0] for p in pairs])
-    return np.array(rows_lo), np.array(rows_hi)
+    return np.array(rows_lo).reshape(lo.shape[0], -1), np.array(rows_hi).reshape(lo.shape[0], -1)
 
 
 # ----------------------------------------------------------------------------- references

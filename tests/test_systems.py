@@ -36,7 +36,7 @@ def plant(request: pytest.FixtureRequest) -> ControlAffineSystem:
 
 def test_registry_and_factories() -> None:
     assert set(SYSTEM_NAMES) == {"van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle",
-                                 "double_integrator"}
+                                 "double_integrator", "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8"}
     for name in SYSTEM_NAMES:
         assert getattr(systems, name)().name == name
         assert get_system(name).name == name
@@ -69,7 +69,7 @@ def test_shapes(plant: ControlAffineSystem) -> None:
     # constant entries broadcast to the batch and are real copies
     G = plant.G(X)
     G[...] = 7.0
-    assert not np.all(plant.G(X) == 7.0)
+    assert plant.m == 0 or not np.all(plant.G(X) == 7.0)       # m = 0: G is empty
 
 
 def test_bad_shapes_raise(plant: ControlAffineSystem) -> None:
@@ -147,6 +147,11 @@ CONSTRAINT_CASES = {
     "acc": [([20, 100], 1), ([10, 18.5], 1), ([20, 35], -1), ([30, 10], -1)],
     "unicycle": [([0, 0, 0], 1), ([2, 0.6, 1], 1), ([2, 0, 0], -1), ([1.7, 0.2, 3], -1)],
     "double_integrator": [([0, 5], 1), ([-0.9, 0], 1), ([1.1, 0], -1), ([-1.5, -1], -1)],
+    "darboux": [([0.5, 1.5], 1), ([1, 0], 1), ([-1, 0.5], -1), ([-0.5, 0.1], -1)],
+    "obstacle_avoidance": [([1, 1, 0], 1), ([0.3, 0, 2], 1), ([0.1, 0.1, 0], -1), ([0, -0.19, 1], -1)],
+    "spacecraft": [([1, 0, 0, 0, 0, 0], 1), ([0.2, 0.2, 0, 1, 0, 0], 1), ([0.1, 0, 0.1, 0, 0, 0], -1),
+                   ([0, 0, -0.24, 0, 1, 0], -1)],
+    "hi_ord8": [([0] * 8, 1), ([1] * 8, 1), ([-2] * 8, -1), ([-1.9] * 8, -1)],
 }
 
 
@@ -339,7 +344,7 @@ def _cpp_main(scalar: str) -> str:
             nominal = "\n".join(f"    {ns}::nominal_{k}(x, u); for (int j = 0; j < {m}; ++j) put(static_cast<double>(u[j]));"
                                 for k in plant.nominal_names)
             calls.append(f"""  for (int b = 0; b < {N_CPP}; ++b) {{
-    {T} x[{n}], v[{n}], o[{n * m}], u[{m}];
+    {T} x[{n}], v[{n}], o[{max(n * m, n)}], u[{max(m, 1)}];
     for (int i = 0; i < {n}; ++i) {{ x[i] = static_cast<{T}>(kX_{name}[b * {n} + i]); v[i] = static_cast<{T}>(kV_{name}[b * {n} + i]); }}
     std::printf("{ns}");
     {ns}::f(x, o); for (int i = 0; i < {n}; ++i) put(static_cast<double>(o[i]));

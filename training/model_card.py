@@ -104,7 +104,7 @@ class ModelCard:
         if self.system_origin not in ("builtin", "registered", "import"):
             raise CardError(f"system_origin must be 'builtin', 'registered' or 'import', got {self.system_origin!r}")
         _names(self.state_names, "state_names")
-        _names(self.input_names, "input_names")
+        _names(self.input_names, "input_names", empty_ok=True)     # [] : an autonomous plant (m = 0)
         n, m = len(self.state_names), len(self.input_names)
         if not isinstance(self.system_params, Mapping):
             raise CardError("system_params must be an object of name -> number")
@@ -188,9 +188,10 @@ def _string(value: Any, name: str) -> None:
         raise CardError(f"{name} must be a non-empty string, got {value!r}")
 
 
-def _names(value: Any, name: str) -> None:
-    if not isinstance(value, list) or not value or any(not isinstance(v, str) or not v for v in value):
-        raise CardError(f"{name} must be a non-empty list of strings, got {value!r}")
+def _names(value: Any, name: str, empty_ok: bool = False) -> None:
+    if not isinstance(value, list) or not (value or empty_ok) or any(not isinstance(v, str) or not v for v in value):
+        what = "a list of strings ([] for no inputs)" if empty_ok else "a non-empty list of strings"
+        raise CardError(f"{name} must be {what}, got {value!r}")
 
 
 def _number(value: Any, name: str) -> None:

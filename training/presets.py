@@ -19,6 +19,10 @@
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
 
+The benchmark presets (``darboux``, ``obstacle_avoidance``, ``obstacle_avoidance_relu``,
+``spacecraft``, ``hi_ord8``) train the literature's plants at published network sizes with small
+budgets for ``benchmarks/certify_suite.py``; they are not shipped barriers.
+
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
 """
@@ -52,6 +56,22 @@ PRESETS: dict[str, TrainConfig] = {
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
         backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
+    # the literature's benchmarks (benchmarks/certify_suite.py), small budgets, at published network sizes
+    "darboux": TrainConfig(
+        system="darboux", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.0),
+    "obstacle_avoidance": TrainConfig(
+        system="obstacle_avoidance", hidden=[32], activation="softplus", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    "obstacle_avoidance_relu": TrainConfig(
+        system="obstacle_avoidance", hidden=[32], activation="relu", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    "spacecraft": TrainConfig(
+        system="spacecraft", hidden=[8, 8, 8], activation="softplus", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    "hi_ord8": TrainConfig(
+        system="hi_ord8", hidden=[16], activation="softplus", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.0),
 }
 
 

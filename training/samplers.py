@@ -119,6 +119,8 @@ class ConstraintTools:
         hold still (e.g. against gravity) in between.  A smooth law, not bang-bang: chattering
         under a zero-order hold drifts where the drift is asymmetric (a pendulum held against
         gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint."""
+        if self.system.m == 0:              # an autonomous plant: nothing to choose
+            return np.zeros((len(x), 0))
         a1 = np.stack(self._a1(x), axis=-1)
         a2 = np.stack(self._a2(x), axis=-1)
         lfc, lf2c = self._lfc(x)

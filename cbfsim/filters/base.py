@@ -16,6 +16,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from compiler.errors import CbfsimError
 from training.margin import Margin, margin_from
 
 from ..barriers import LieTerms, LieTerms2, ShapeError, as_batch, check_shape
@@ -95,7 +96,15 @@ def input_bounds(system_or_bounds: Any) -> tuple[np.ndarray, np.ndarray]:
         raise ShapeError(f"input bounds: expected u_min, u_max of equal shape (m,), got {lo.shape} and {hi.shape}")
     if np.isnan(lo).any() or np.isnan(hi).any() or (lo > hi).any():
         raise ValueError(f"input bounds must satisfy u_min <= u_max without NaN, got u_min={lo}, u_max={hi}")
+    if lo.size == 0:
+        name = getattr(system_or_bounds, "name", "the plant")
+        raise NoInputError(f"{name} has no inputs (m = 0): there is nothing to filter; simulate it with no filter "
+                           "(filter None, --filter none)")
     return lo, hi
+
+
+class NoInputError(CbfsimError, ValueError):
+    """A safety filter asked for an autonomous plant (m = 0): there is no input to choose."""
 
 
 def check_penalty(slack_penalty: float) -> float:

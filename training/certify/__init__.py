@@ -9,8 +9,8 @@ zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes),
 violation that runs first), ``faces`` (domain faces the filter enforces as rows), ``certificate``
 (the result).
 """
-from .api import DEFAULT_TIME_LIMIT, certify
+from .api import DEFAULT_MAX_BOXES, DEFAULT_TIME_LIMIT, certify
 from .certificate import Certificate, ConditionResult
 from .problem import CertifyError
 
-__all__ = ["DEFAULT_TIME_LIMIT", "Certificate", "CertifyError", "ConditionResult", "certify"]
+__all__ = ["DEFAULT_MAX_BOXES", "DEFAULT_TIME_LIMIT", "Certificate", "CertifyError", "ConditionResult", "certify"]

@@ -13,7 +13,7 @@ from .branch import SearchResult, search
 from .certificate import Certificate, ConditionResult
 from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
-from .problem import CertifyError, Problem, load_problem
+from .problem import CONDITIONS, CertifyError, Problem, load_problem
 
 DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
 START_MARGIN = 0.05               # the first margin tried when neither the card nor a certificate records one
@@ -23,12 +23,13 @@ WALLS_MET = 1.3                   # the search stops when the two walls are this
 FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
 FALSIFY_MIN_S = 15.0              # this many seconds, or the attempt's whole time when that is less)
 COVERAGE_SAMPLES = 20_000
+DEFAULT_MAX_BOXES = 2_000_000     # `cbfsim certify --max-boxes` default (a test keeps the CLI's copy equal)
 
 
 def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
-            max_boxes: int = 2_000_000, min_width: float = 2.0 ** -30, progress: bool = False,
-            start_margin: float | None = None) -> Certificate:
+            max_boxes: int = DEFAULT_MAX_BOXES, min_width: float = 2.0 ** -30, progress: bool = False,
+            start_margin: float | None = None, condition: str = "filter") -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
@@ -40,10 +41,30 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     bisection once both walls are known), and the first margin that certifies is kept.  Each
     attempt first runs the falsifier (``falsify.py``), which refutes a wrong barrier in seconds
     where the bounds alone would split for minutes.  Runs out of ``time_limit`` seconds (None:
-    no limit) or ``max_boxes`` boxes -> not certified with the undecided boxes listed."""
+    no limit) or ``max_boxes`` boxes -> not certified with the undecided boxes listed.
+
+    ``condition="boundary"``: the continuous-time boundary (Nagumo) condition instead of the
+    filter's (``conditions.py``): containment, and sup_u L_f h + L_G h . u >= 0 on {h = 0}, with
+    no class-K term and no margin; continuous time only (``dt`` None or 0), order 1."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
+    if not (isinstance(max_boxes, int) and not isinstance(max_boxes, bool) and max_boxes >= 1):
+        raise CertifyError(f"--max-boxes must be a whole number >= 1, got {max_boxes!r}")
+    if condition not in CONDITIONS:
+        raise CertifyError(f"--condition must be one of {', '.join(CONDITIONS)}, got {condition!r}")
+    if condition == "boundary":
+        if dt is not None and dt != 0:
+            raise CertifyError(f"--condition boundary is the continuous-time condition: it takes --dt 0, got --dt {dt:g}")
+        if margin not in (None, 0):
+            raise CertifyError(f"--condition boundary has no margin (it is 0), got --margin {margin:g}")
+        dt, margin = 0.0, 0.0
     problem = load_problem(model, card, dt)
+    problem.condition = condition
+    if condition == "boundary":
+        if problem.order != 1:
+            raise CertifyError(f"--condition boundary is the order 1 condition on {{h = 0}}; the card has order {problem.order}")
+        if problem.faces:
+            raise CertifyError("--condition boundary takes no face rows (the card's config enforces faces, a filter's rows)")
     _check_relative_degree(problem)
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
@@ -282,6 +303,8 @@ def domain_coordinates(problem: Problem, r: SearchResult) -> list[dict[str, Any]
 
 def _claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float) -> str:
     s = problem.system
+    if problem.condition == "boundary":
+        return _boundary_claim(problem, coordinates)
     where = "{h >= 0}" if problem.order == 1 else "{h >= 0, psi1 >= 0}"
     faces = [c for c in coordinates if c["case"] == "enforced"]
     if faces:
@@ -300,6 +323,22 @@ def _claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float) -> s
     else:
         text += " C is closed: " + "; ".join(f"{c['name']}: {c['case']}" for c in coordinates) + \
                 ". By induction the claim holds for all time, with no condition on the domain."
+    return text
+
+
+def _boundary_claim(problem: Problem, coordinates: list[dict[str, Any]]) -> str:
+    """The boundary (Nagumo) condition's claim: what the literature's verifiers prove."""
+    s = problem.system
+    inputs = (" x ".join(f"[{a:g}, {b:g}]" for a, b in zip(problem.u_lo, problem.u_hi))) if problem.m else "{} (no input)"
+    text = (f"Continuous time, boundary (Nagumo) condition: at every state of D with h(x) = 0, "
+            f"sup over u in {inputs} of L_f h + L_G h.u >= 0 (no class-K term, no margin, no sampled data), "
+            f"and h < 0 wherever the constraint of {s.name} fails, so C = {{h >= 0}} lies in the constraint set.")
+    if problem.relu_like:
+        text += (" The network is piecewise linear: at its ridges the bound holds for every adjacent piece's "
+                 "gradient with its own best input, not for one common input.")
+    open_ = [c["name"] for c in coordinates if c["case"] == "open"]
+    if open_:
+        text += f" C is not proven closed inside D in {', '.join(open_)}: the claim holds only while the states stay in D."
     return text
 
 
@@ -344,7 +383,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         undecided=r.undecided_boxes, rounding=f"{r.rounding} (largest bound met: h {r.rounding_max['h']:.3g}, grad h {r.rounding_max['grad']:.3g})", wall_time_s=round(wall, 3),
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
-        model_hash=problem.model_hash, margins_tried=tried, reason=reason,
+        model_hash=problem.model_hash, margins_tried=tried, reason=reason, condition=problem.condition,
         backup_safe_coverage=backup_share, margin_scale=problem.margin.scale,
         backup_safe_fraction=backup_fraction,
         sound_backup_share=(coverage / backup_fraction) if backup_fraction else None,

@@ -175,6 +175,10 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
     idx = np.flatnonzero(point_fail)
     if len(idx):
         pts, owner = ce.candidates(blo[idx], bhi[idx])
+        if problem.condition == "boundary":      # the Nagumo condition's candidates lie on {h = 0}
+            on, on_owner = ce.to_zero_level(problem, pts, owner)
+            inside = np.all((blo[idx][on_owner] <= on) & (on <= bhi[idx][on_owner]), axis=1)
+            pts, owner = np.concatenate([pts, on[inside]]), np.concatenate([owner, on_owner[inside]])
         bad = ce.check_points(problem, pts, eps)
         for name, value in bad.items():
             for k in np.flatnonzero(~np.isnan(value)):
@@ -241,7 +245,8 @@ def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: 
     if len(res.counterexamples[name]) >= MAX_LISTED:
         return
     quantity = {"containment": "constraint (with x in the certified set)",
-                "feasibility": "sup_u (a.u + b) - margin",
+                "feasibility": ("sup_u (L_f h + L_G h.u) on h = 0" if problem.condition == "boundary"
+                                else "sup_u (a.u + b) - margin"),
                 "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
                 "closure": "outward speed through an open face of the domain, from a state of the set"}[name]
     entry = {"x": [float(v) for v in x], "quantity": quantity, "value": float(value)}

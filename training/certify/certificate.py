@@ -56,6 +56,8 @@ class Certificate:
     backup_safe_fraction: float | None = None  # estimate: P(backup-safe | S & D), the viable set's share
     sound_backup_share: float | None = None   # certified_coverage / backup_safe_fraction: the proven set's
     #                                           volume over the backup-safe (viable-set estimate) volume
+    condition: str = "filter"                 # "filter" (the filter's row, margin, period) or "boundary"
+    #                                           (continuous-time Nagumo on {h = 0}; api.certify)
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -74,7 +76,9 @@ class Certificate:
         """A few lines for a terminal."""
         state = "CERTIFIED" if self.certified else "NOT CERTIFIED"
         scaled = "" if self.margin_scale is None else f" x ({_affine(self.margin_scale)})"
-        lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, filter margin {self.margin:g}{scaled}"]
+        what = ("boundary (Nagumo) condition, no margin" if self.condition == "boundary"
+                else f"filter margin {self.margin:g}{scaled}")
+        lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, {what}"]
         for name, res in self.conditions.items():
             ce = f", {len(res.counterexamples)} counterexample(s)" if res.counterexamples else ""
             lines.append(f"  {name:<12} {'proven' if res.proven else 'not proven'}{ce}")

@@ -11,6 +11,13 @@ mode, so they hold both the exact network and the float32 header's numbers):
 * sampled data (``sampled.py``): over the one-period tube R of B, every input the filter may
   return keeps d/dt h >= -gamma h (order 2: d/dt psi1 >= -alpha2 psi1).
 
+``Problem.condition == "boundary"`` (continuous time only) replaces feasibility by the
+boundary (Nagumo) condition of the barrier-certificate literature: on boxes that may meet
+{h = 0} (h_lo <= 0 <= h_hi), sup_{u in U} L_f h + L_G h . u >= 0, with no class-K term and
+no margin; sampled data does not apply (+inf).  For a ReLU network the gradient enclosure
+holds every adjacent piece's gradient, so this proves min over those gradients of the best
+input for each (the per-point generalized Nagumo form, not the filter's common-input form).
+
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
 bound is computed only on boxes that pass the other two (+inf on the rest, which are split).
@@ -92,6 +99,8 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     cont = np.where(c.lo >= 0, inf, cont)
 
     a32, b32 = constraint_row(t32, problem)
+    if problem.condition == "boundary":
+        return _boundary_bounds(problem, box, plant, t32, cont, meets, inside)
     if problem.faces:      # one input for the barrier's row and every enforced face's row at once
         rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
         rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
@@ -105,6 +114,22 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets & (feas >= 0) & (cont >= 0), eps_lo)
     clos = _closure(problem, box, plant, meets)
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos},
+                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
+                     t32.rounding)
+
+
+def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,
+                     meets: np.ndarray, inside: np.ndarray) -> BoxBounds:
+    """Containment, closure and the boundary (Nagumo) condition on boxes meeting {h = 0}:
+    sup_u L_f h + L_G h . u >= 0 there (margin 0); sampled data is not asked (+inf)."""
+    inf = np.full(box.shape[0], np.inf)
+    on_zero = (t32.h.lo <= 0) & (t32.h.hi >= 0)
+    rate = t32.Lf + sup_over_inputs(t32.LG, problem.u_lo, problem.u_hi)
+    feas = np.where(on_zero, rate.lo, inf)
+    worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
+    clos = _closure(problem, box, plant, meets)
+    c = plant.constraint
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 

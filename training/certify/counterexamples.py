@@ -21,6 +21,10 @@ from .sampled import _vertices
 
 RK4_STEPS = 40
 INSIDE = 1e-9        # admissible candidates keep this much inside a . u + b >= eps (rounding-proof)
+ON_ZERO = 1e-9       # boundary condition: a candidate counts as on {h = 0} when |h| <= this, and as a
+#                      violation when sup_u hdot < -ON_ZERO there (float64; by continuity a point of
+#                      {h = 0} with sup_u hdot < 0 lies within about ON_ZERO / |grad h| of it)
+PROJECT_STEPS = 30
 
 
 def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -49,9 +53,34 @@ def candidates(lo: np.ndarray, hi: np.ndarray, corners: bool = True) -> tuple[np
     return np.concatenate(pts), owner
 
 
+def to_zero_level(problem: Problem, x: np.ndarray, owner: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """States x (K, n) moved onto {h = 0} by Newton steps along grad h (float64), kept when they
+    end inside D with |h| <= ON_ZERO: (points, their owners).  The boundary condition's
+    counterexamples live there only; box centres and corners almost never lie on it."""
+    x = np.array(x, dtype=float)
+    if len(x) == 0:
+        return x, owner
+    eye = np.broadcast_to(np.eye(problem.n), (len(x), problem.n, problem.n))
+    zero = np.zeros((len(x), problem.n))
+    for _ in range(PROJECT_STEPS):
+        h, _, grad = reference.lie(problem.model, x, zero, eye)
+        norm = np.sum(grad * grad, axis=1)
+        step = np.where(norm > 0, h / np.where(norm > 0, norm, 1.0), 0.0)
+        x = np.clip(x - step[:, None] * grad, problem.lo, problem.hi)
+    h = reference.value(problem.model, x)
+    keep = np.isfinite(h) & (np.abs(h) <= ON_ZERO)
+    return x[keep], owner[keep]
+
+
 def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.ndarray]:
     """Per condition, the violated quantity's value at each state (nan where it holds)."""
     t = point_terms(problem, x)
+    if problem.condition == "boundary":          # Nagumo on {h = 0}: no class-K term, no margin
+        on = np.abs(t["h"]) <= ON_ZERO
+        cont = np.where((t["level"] >= 0) & (t["constraint"] < 0), t["constraint"], np.nan)
+        rate = t["b"] - problem.gains.get("gamma", 0.0) * t["h"] + \
+            np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
+        return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan)}
     in_set = t["level"] >= 0
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
     sup = np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)

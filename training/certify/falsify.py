@@ -97,6 +97,9 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
     x = x[ce.set_level(problem, x) >= 0] if len(x) else x
     if len(x) == 0:
         return found
+    if problem.condition == "boundary":          # the Nagumo condition's candidates lie on {h = 0}
+        on, _ = ce.to_zero_level(problem, x, np.arange(len(x)))
+        x = np.concatenate([x, on])
     for name, value in ce.check_points(problem, x, eps).items():
         for k in np.flatnonzero(~np.isnan(value))[:ce_limit()]:
             found.items[name].append((x[k], float(value[k]), None))

@@ -49,6 +49,8 @@ class Problem:
     margin: Margin = Margin()  # the filter margin's state scale (eps is the search's; see training/margin.py)
     faces: tuple = ()          # faces.Face: domain faces the filter enforces as rows (faces.py)
     periodic: dict = field(default_factory=dict)   # {coordinate: period}: wraps, so its faces are a seam
+    condition: str = "filter"  # "filter": the filter's row on all of C (with its margin and period);
+    #                            "boundary": the continuous-time Nagumo condition on {h = 0} (CONDITIONS)
 
     @property
     def n(self) -> int:
@@ -58,6 +60,8 @@ class Problem:
     def m(self) -> int:
         return len(self.u_lo)
 
+
+CONDITIONS = ("filter", "boundary")
 
 PIECEWISE_LINEAR = {"relu", "leaky_relu", "hardtanh", "identity"}
 

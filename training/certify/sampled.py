@@ -137,6 +137,9 @@ def admissible_slices(a32: Interval, b32_hi: np.ndarray, eps: float | np.ndarray
     each with the boxes (B,) where the filter may return an input in it: some u in the slice
     has sup over the float32 enclosures of a~ . u + b~ >= eps - tau (its own rounding).  A
     slice no admissible input reaches cannot be held, so the curvature over it does not count."""
+    if len(u_lo) == 0:             # no inputs (m = 0): one empty slice, held wherever the row holds
+        slack = ADMISSIBLE_RTOL * (1.0 + np.abs(b32_hi) + np.abs(eps)) + tau
+        return [(np.array(u_lo, float), np.array(u_hi, float), ~(b32_hi < eps - slack))]
     mag = np.maximum(np.abs(a32.lo), np.abs(a32.hi)) * (u_hi - u_lo)
     j = int(np.argmax(np.nan_to_num(np.median(mag, axis=0), nan=0.0)))
     edges = np.linspace(u_lo[j], u_hi[j], pieces + 1)

@@ -49,6 +49,10 @@ def _entry(value: Any, batch: int) -> Interval:
 
 
 def _matrix(rows: Sequence[Sequence[Any]], batch: int) -> Interval:
+    rows = list(rows)
+    if not rows or not len(rows[0]):          # no columns (G of an autonomous plant, m = 0)
+        empty = np.zeros((batch, len(rows), 0))
+        return Interval(empty, empty.copy())
     return Interval.stack([Interval.stack([_entry(v, batch) for v in row], axis=-1) for row in rows], axis=-2)
 
 
@@ -59,7 +63,10 @@ def plant_terms(plant: Any, box: Interval, order: int, with_input_jacobian: bool
     f = Interval.stack([_entry(v, batch) for v in plant.f(xs)], axis=-1)
     G = _matrix(plant.G(xs), batch)
     Jf = _matrix(plant.jac_f(xs), batch) if order == 2 or with_input_jacobian else None
-    JG = Interval.stack([_matrix(M, batch) for M in plant.jac_G(xs)], axis=1) if with_input_jacobian else None
+    JG = None
+    if with_input_jacobian:
+        mats = [_matrix(M, batch) for M in plant.jac_G(xs)]
+        JG = Interval.stack(mats, axis=1) if mats else Interval(np.zeros((batch, 0, n, n)), np.zeros((batch, 0, n, n)))
     return PlantTerms(f, G, Jf, _entry(plant.constraint(xs), batch), JG)
 
 

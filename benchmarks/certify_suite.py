@@ -1,0 +1,117 @@
+"""The literature's benchmark plants: train small barriers at published network sizes, certify
+each in continuous time (the boundary (Nagumo) condition the literature proves: `cbfsim
+certify --condition boundary`) and, where the plant has inputs, for a 10 ms zero-order hold
+(the filter's condition with the margin search), and print one Markdown table with cbfsim's
+time beside the published time for the same network size (certification.md section 9) and
+the targets (issue 21: >= 10x faster than the exact verifier where it published a time).
+
+The barriers come from `cbfsim train` presets (training/presets.py) with small budgets, so a
+row may well end "refuted" (the trained barrier is wrong and cbfsim says where) or "not
+certified in N s" (undecided): both are reported as they are.  The published times are the
+exact ReLU verifier's (Zhang, Wu, Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080),
+continuous time, no float32 rounding, boundary condition only.
+
+    python benchmarks/certify_suite.py                       # ~15-20 min on 2 shared cores
+    python benchmarks/certify_suite.py --only oa_softplus --time-limit 60 --train-time 60
+    python benchmarks/certify_suite.py --out results/certify_suite.md --work results/suite
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+# row -> (preset, network as published, published continuous-time seconds or None, note)
+ROWS = {
+    "oa_softplus": ("obstacle_avoidance", "3-32-1 Softplus", 7.35, "published 3-32-1 is ReLU"),
+    "oa_relu": ("obstacle_avoidance_relu", "3-32-1 ReLU", 7.35, ""),
+    "darboux": ("darboux", "2-32-32-1 Softplus", None, "published 0.27-620 s over 2-20-1 ... 2-512-512-1 ReLU; "
+                                                       "no per-size time in our notes"),
+    "spacecraft": ("spacecraft", "6-8-8-8-1 Softplus", 89.0, "published 3 x 8 is ReLU"),
+    "hi_ord8": ("hi_ord8", "8-16-1 Softplus", 35.0, "published 8-16-1 is ReLU"),
+}
+SPEEDUP = 10.0          # the target: >= 10x faster than the published continuous-time time
+
+
+def train(row: str, work: Path, train_time: float) -> Path:
+    """The barrier of ``row`` (trained once into work/row; reused when its card exists)."""
+    from training.presets import preset
+    from training.trainer import train_barrier
+    out = work / row
+    if not (out / "model.json").is_file():
+        cfg = preset(ROWS[row][0], max_time=train_time)
+        train_barrier(cfg, out, progress=False, overwrite=True)
+    return out
+
+
+def certify_row(out: Path, time_limit: float, **kwargs) -> dict:
+    from training.certify import certify
+    started = time.perf_counter()
+    cert = certify(out / "model.onnx", out / "model.json", time_limit=time_limit, **kwargs)
+    wall = time.perf_counter() - started
+    refuted = [k for k, c in cert.conditions.items() if c.counterexamples]
+    if cert.certified:
+        verdict = f"certified in {wall:.1f} s"
+    elif refuted:
+        verdict = f"refuted ({', '.join(refuted)}) in {wall:.1f} s"
+    else:
+        verdict = f"not certified in {wall:.0f} s"
+    return {"verdict": verdict, "certified": cert.certified, "wall": wall, "boxes": cert.boxes}
+
+
+def table(results: list[dict]) -> str:
+    head = ("| plant (n, m) | network | continuous time, boundary condition | 10 ms hold | published (exact verifier, "
+            "continuous time) | target (>= 10x faster) | met |")
+    lines = [head, "|" + "---|" * 7]
+    for r in results:
+        pub = r["published"]
+        target = f"<= {pub / SPEEDUP:.3g} s" if pub else "n/a"
+        met = ("yes" if r["ct"]["certified"] and r["ct"]["wall"] <= pub / SPEEDUP else "no") if pub else "n/a"
+        boxes = r["ct"]["boxes"]
+        ct = r["ct"]["verdict"] + (" (by the falsifier, before any box)" if not boxes["evaluated"] else
+                                   f" ({boxes['proven']} proven, {boxes['undecided']} undecided boxes)")
+        held = r["held"]["verdict"] if r["held"] else "n/a (no input)"
+        published = (f"{pub:g} s" if pub else "see note") + (f" ({r['note']})" if r["note"] else "")
+        lines.append(f"| {r['plant']} ({r['n']}, {r['m']}) | {r['network']} | {ct} | {held} | {published} | "
+                     f"{target} | {met} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="*", choices=sorted(ROWS), default=None)
+    parser.add_argument("--time-limit", type=float, default=90.0, help="seconds per certification (default 90)")
+    parser.add_argument("--train-time", type=float, default=90.0, help="seconds per training (default 90)")
+    parser.add_argument("--work", type=Path, default=ROOT / "results" / "certify_suite",
+                        help="where the trained barriers go (reused when present)")
+    parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    from systems import get_system
+    results = []
+    for row in args.only or list(ROWS):
+        name, network, published, note = ROWS[row]
+        began = time.perf_counter()
+        out = train(row, args.work, args.train_time)
+        trained_s = time.perf_counter() - began
+        from training.model_card import load_card
+        system = get_system(load_card(out / "model.json").system)
+        ct = certify_row(out, args.time_limit, condition="boundary")
+        held = certify_row(out, args.time_limit, dt=0.01) if system.m else None
+        results.append({"plant": system.name, "n": system.n, "m": system.m, "network": network,
+                        "published": published, "note": note, "ct": ct, "held": held})
+        print(f"{row}: trained/loaded in {trained_s:.0f} s; continuous time {ct['verdict']}; "
+              f"10 ms {held['verdict'] if held else 'n/a'}", flush=True)
+    text = table(results)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
