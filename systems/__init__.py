@@ -5,9 +5,10 @@ cbfsim/ imports all three.  Your own plant: subclass ``ControlAffineSystem`` and
 ``register`` it or name it by import path ``package.module:ClassName`` (see registry.py).
 """
 from .acc import acc
-from .base import ControlAffineSystem, Controller
+from .base import ControlAffineSystem, Controller, PeriodicCoordinateError
 from .bicycle import bicycle, steering_angle
 from .double_integrator import double_integrator
+from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
 from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
 from .unicycle import unicycle
@@ -16,6 +17,7 @@ from .van_der_pol import van_der_pol
 __all__ = [
     "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
     "register", "system_origin", "unregister",
-    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
+    "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator", "dubins",
+    "PeriodicCoordinateError",
     "steering_angle",
 ]

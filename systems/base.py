@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
 
     from .enclosure import PlantEnclosure
 
-__all__ = ["ControlAffineSystem", "Controller", "Definition"]
+__all__ = ["ControlAffineSystem", "Controller", "Definition", "PeriodicCoordinateError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -47,6 +47,9 @@ class Definition:
     u_max: Sequence[Any]
     domain: tuple[Sequence[Any], Sequence[Any]]   # (lo, hi), n entries each
     nominal: Mapping[str, Sequence[Any]]   # name -> m entries, state feedback u = k(x)
+    # coordinate index -> period (e.g. {2: 2*pi} for a heading): x and x + P e_i are one state.
+    # The domain must span exactly one period there, and f, G and the constraint must repeat.
+    periodic: Mapping[int, Any] = dataclasses.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -69,6 +72,11 @@ def _columns(x: Any, n: int) -> tuple[list[np.ndarray], tuple[int, ...]]:
     """The n state columns of x ((n,) or (B, n)) and the batch shape."""
     arr = _as_states(x, n)
     return [arr[..., i] for i in range(n)], arr.shape[:-1]
+
+
+class PeriodicCoordinateError(CbfsimError, ValueError):
+    """A periodic coordinate that is not one: bad index or period, a domain that is not one
+    period wide, or f, G or the constraint not repeating with the period (message names it)."""
 
 
 class UnknownControllerError(CbfsimError, KeyError):
@@ -357,6 +365,7 @@ class ControlAffineSystem:
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
         self._xdot_twin = _fast.XdotTwin(self._f.twin, self._G.twin)
+        self._periodic = self._check_periodic({k: sub(v) for k, v in dict(d.periodic).items()})
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
@@ -375,6 +384,71 @@ class ControlAffineSystem:
     @property
     def nominal_names(self) -> tuple[str, ...]:
         return tuple(self.nominals)
+
+    # -- periodic coordinates
+    @property
+    def periodic(self) -> dict[int, float]:
+        """{coordinate index: period} of the coordinates that wrap (an angle: {i: 2 pi}); {} if none."""
+        return dict(self._periodic)
+
+    def wrap(self, x: Any) -> np.ndarray:
+        """x with every periodic coordinate i mapped into [lo_i, lo_i + P_i) (lo_i: the domain's
+        lower bound), the representative the simulators keep: (n,) -> (n,), (B, n) -> (B, n).
+        Other coordinates are returned unchanged (a copy); so is a plant without periodic ones."""
+        out = np.array(_as_states(x, self.n), dtype=np.float64)
+        lo = self._domain[0]
+        for i, period in self._periodic.items():
+            r = np.mod(out[..., i] - lo[i], period)
+            w = lo[i] + r
+            # mod rounds a tiny negative offset up to P itself, and lo + r may round up to lo + P
+            out[..., i] = np.where(w >= lo[i] + period, lo[i], w)
+        return out
+
+    def _check_periodic(self, periods: Mapping[Any, sp.Expr]) -> dict[int, float]:
+        """The declared periods, validated: a state index, a finite period > 0 equal to the
+        domain's width there, and f, G and the constraint repeating with it (checked at
+        states spread over the domain; PeriodicCoordinateError names the coordinate)."""
+        out: dict[int, float] = {}
+        lo, hi = self._domain
+        for key, value in periods.items():
+            if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < self.n:
+                raise PeriodicCoordinateError(f"{self.name}: periodic coordinate {key!r} is not a state index "
+                                              f"in 0..{self.n - 1}")
+            i, label = int(key), f"{self.state_names[int(key)]!r} (coordinate {int(key)})"
+            try:
+                period = float(value)
+            except TypeError:
+                period = math.nan
+            if not (math.isfinite(period) and period > 0):
+                raise PeriodicCoordinateError(f"{self.name}: periodic coordinate {label}: the period must be a "
+                                              f"finite number > 0 in the parameters, got {value}")
+            width = float(hi[i] - lo[i])
+            if abs(width - period) > 1e-9 * period:
+                raise PeriodicCoordinateError(
+                    f"{self.name}: periodic coordinate {label} has period {period!r} but its domain "
+                    f"[{float(lo[i])!r}, {float(hi[i])!r}] is {width!r} wide; they must match")
+            self._check_repeats(i, period, label)
+            out[i] = period
+        return dict(sorted(out.items()))
+
+    def _check_repeats(self, i: int, period: float, label: str) -> None:
+        """f, G and the constraint at x and x + P e_i agree (to float tolerance) at states
+        spread over the domain, or PeriodicCoordinateError names the first that does not."""
+        lo, hi = self._domain
+        X = np.random.default_rng(0x5EED).uniform(lo, hi, size=(64, self.n))
+        shifted = X.copy()
+        shifted[:, i] += period
+        for what, fld in (("f", self._f), ("G", self._G), ("the constraint", self._h)):
+            a = fld.numpy(*_columns(X, self.n)).reshape(len(X), -1)
+            b = fld.numpy(*_columns(shifted, self.n)).reshape(len(X), -1)
+            with np.errstate(invalid="ignore"):
+                bad = ~(np.abs(a - b) <= 1e-9 * (1.0 + np.abs(a)))
+            bad &= np.isfinite(a) | np.isfinite(b)
+            if bad.any():
+                row = int(np.flatnonzero(bad.any(axis=1))[0])
+                raise PeriodicCoordinateError(
+                    f"{self.name}: {what} is not periodic in {label} with period {period!r}: it differs at "
+                    f"x = {np.array2string(X[row], precision=6)} and x + period")
 
     # -- numpy (one state ((n,) or (1, n) float64) takes the float twin where it exists:
     # same bits, a fraction of numpy's per-call cost; see systems/_fast.py)

@@ -21,6 +21,7 @@ from .acc import acc
 from .base import ControlAffineSystem
 from .bicycle import bicycle
 from .double_integrator import double_integrator
+from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
 from .unicycle import unicycle
 from .van_der_pol import van_der_pol
@@ -35,6 +36,7 @@ BUILTIN: dict[str, Factory] = {
     "acc": acc,
     "unicycle": unicycle,
     "double_integrator": double_integrator,
+    "dubins": dubins,
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(BUILTIN)
 _REGISTERED: dict[str, Factory] = {}
