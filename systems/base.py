@@ -394,14 +394,22 @@ class ControlAffineSystem:
     def wrap(self, x: Any) -> np.ndarray:
         """x with every periodic coordinate i mapped into [lo_i, lo_i + P_i) (lo_i: the domain's
         lower bound), the representative the simulators keep: (n,) -> (n,), (B, n) -> (B, n).
-        Other coordinates are returned unchanged (a copy); so is a plant without periodic ones."""
+
+        Only entries outside that interval change, to x_i - k P_i with k = floor((x_i - lo_i) / P_i)
+        (the firmware's wrap_periodic does the same in float32); one that rounding leaves on the
+        far side of the seam becomes lo_i. Entries already inside keep their bits, and so does
+        every other coordinate, a non-finite entry, and a plant without periodic coordinates."""
         out = np.array(_as_states(x, self.n), dtype=np.float64)
         lo = self._domain[0]
         for i, period in self._periodic.items():
-            r = np.mod(out[..., i] - lo[i], period)
-            w = lo[i] + r
-            # mod rounds a tiny negative offset up to P itself, and lo + r may round up to lo + P
-            out[..., i] = np.where(w >= lo[i] + period, lo[i], w)
+            v = out[..., i]                          # a view: written in place
+            top = lo[i] + period
+            with np.errstate(invalid="ignore"):
+                outside = np.isfinite(v) & ((v < lo[i]) | (v >= top))
+            if outside.any():
+                w = v[outside] - np.floor((v[outside] - lo[i]) / period) * period
+                w[(w < lo[i]) | (w >= top)] = lo[i]
+                v[outside] = w
         return out
 
     def _check_periodic(self, periods: Mapping[Any, sp.Expr]) -> dict[int, float]:

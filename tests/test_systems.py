@@ -36,7 +36,7 @@ def plant(request: pytest.FixtureRequest) -> ControlAffineSystem:
 
 def test_registry_and_factories() -> None:
     assert set(SYSTEM_NAMES) == {"van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle",
-                                 "double_integrator"}
+                                 "double_integrator", "dubins"}
     for name in SYSTEM_NAMES:
         assert getattr(systems, name)().name == name
         assert get_system(name).name == name
@@ -147,6 +147,7 @@ CONSTRAINT_CASES = {
     "acc": [([20, 100], 1), ([10, 18.5], 1), ([20, 35], -1), ([30, 10], -1)],
     "unicycle": [([0, 0, 0], 1), ([2, 0.6, 1], 1), ([2, 0, 0], -1), ([1.7, 0.2, 3], -1)],
     "double_integrator": [([0, 5], 1), ([-0.9, 0], 1), ([1.1, 0], -1), ([-1.5, -1], -1)],
+    "dubins": [([1.5, 0, 0], 1), ([0, -2.9, 3], 1), ([0.3, 0.3, 0], -1), ([0, 3.1, 1], -1), ([3.4, 3.4, -3], -1)],
 }
 
 
@@ -247,6 +248,8 @@ def _closed_loop_min_h(plant: ControlAffineSystem, name: str, x0: list[float], t
     ("acc", "cruise", [20.0, 100.0], 30.0),
     ("unicycle", "go_to_goal", [0.0, 0.0, 0.0], 5.0),
     ("double_integrator", "pd", [0.0, 0.0], 10.0),
+    ("dubins", "aim", [-2.0, 0.5, 0.0], 5.0),
+    ("dubins", "go_to_goal", [-2.5, 0.0, 0.0], 5.0),
 ])
 def test_nominal_controllers_leave_the_safe_set(name: str, controller: str, x0: list[float], t_end: float) -> None:
     """Each nominal controller (clipped to the bounds) starts safe and leaves: something to filter."""
