@@ -186,3 +186,31 @@ def test_the_gymnasium_adapter_wraps_the_heading():
     headings = [env.step(np.array([2.0]))[0][2] for _ in range(20)]     # turning left at full rate
     assert all(-math.pi <= th < math.pi for th in headings)
     assert min(headings) < 0 < max(headings)                            # it crossed the seam
+
+
+@pytest.mark.toolchain
+def test_the_compiled_loop_wraps_the_heading_and_tracks_the_numpy_engine_modulo_two_pi(cxx):
+    """The firmware's closed loop (cbf_config.hpp kPeriod/kWrapLo, step.hpp wrap_periodic) run on
+    the host: the heading stays in [-pi, pi) in float32 and, where the filter is idle (h > 0 by a
+    wide bias), the float32 run tracks the float64 simulator modulo 2 pi."""
+    import torch
+
+    from cbfsim.barriers import CompiledBarrier
+    from cbfsim.runtime import compile_barrier
+
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Softplus(), torch.nn.Linear(8, 1))
+    with torch.no_grad():
+        net[2].weight.mul_(0.01)
+        net[2].bias.fill_(50.0)
+    car = systems.dubins()
+    barrier = CompiledBarrier(compile_barrier(net, inputs=1))
+    X0 = np.array([[-2.0, 0.5, 0.0], [1.0, 2.0, 3.1], [2.0, -1.0, -3.1]])
+    runs = {engine: simulate_batch(car, barrier, CBFProjection(car, Linear(1.0)), "go_to_goal", X0, 20.0, 0.01,
+                                   engine=engine) for engine in ("numpy", "compiled")}
+    compiled, python = runs["compiled"].x, runs["numpy"].x
+    lo, period = np.float32(-math.pi), np.float32(TWO_PI)
+    assert np.all(compiled[..., 2] >= lo) and np.all(compiled[..., 2] < lo + period)
+    assert np.ptp(compiled[..., 2]) > 6.0                       # the loop really crossed the seam
+    np.testing.assert_allclose(compiled[..., :2], python[..., :2], atol=1e-3)
+    assert _angle_gap(compiled[..., 2], python[..., 2]).max() < 1e-3
