@@ -207,6 +207,11 @@ def validate(cfg: TrainConfig, system) -> None:
     hi = cfg.domain_hi if cfg.domain_hi is not None else system.domain[1]
     if not np.all(np.asarray(lo) < np.asarray(hi)):
         raise ConfigError(f"domain_lo {list(lo)} must be below domain_hi {list(hi)} in every state")
+    for i, period in getattr(system, "periodic", {}).items():
+        if abs((hi[i] - lo[i]) - period) > 1e-9 * period or abs(lo[i] - system.domain[0][i]) > 1e-9 * period:
+            raise ConfigError(f"domain_lo/domain_hi: {system.state_names[i]!r} (coordinate {i}) is periodic; the "
+                              f"training box must span its one period [{system.domain[0][i]!r}, "
+                              f"{system.domain[1][i]!r}], got [{float(lo[i])!r}, {float(hi[i])!r}]")
     umin = cfg.u_min if cfg.u_min is not None else system.u_min
     umax = cfg.u_max if cfg.u_max is not None else system.u_max
     if not np.all(np.asarray(umin) <= np.asarray(umax)):

@@ -19,7 +19,7 @@ invariant pointwise but whose trajectories must leave it far away).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import sympy as sp
@@ -60,13 +60,19 @@ def level_set(value, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, c
 
 
 def neighbours(rng: np.random.Generator, x: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray,
-               rel_sigma: float = 0.01) -> np.ndarray:
-    """x plus k Gaussian neighbours of each row (sigma = rel_sigma * box width), clipped to the box."""
+               rel_sigma: float = 0.01, periodic: Mapping[int, float] | None = None) -> np.ndarray:
+    """x plus k Gaussian neighbours of each row (sigma = rel_sigma * box width), clipped to the
+    box; a periodic coordinate (``periodic``: {index: period}, the box one period wide there)
+    is wrapped into [lo, lo + P) instead, so a neighbour across the seam is one, not the edge."""
     if len(x) == 0 or k == 0:
         return x.copy()
     sigma = rel_sigma * (hi - lo)
-    near = np.repeat(x, k, axis=0) + rng.normal(size=(len(x) * k, x.shape[1])) * sigma
-    return np.concatenate([x, np.clip(near, lo, hi)])
+    raw = np.repeat(x, k, axis=0) + rng.normal(size=(len(x) * k, x.shape[1])) * sigma
+    near = np.clip(raw, lo, hi)
+    for i, period in (periodic or {}).items():
+        w = lo[i] + np.mod(raw[:, i] - lo[i], period)
+        near[:, i] = np.where(w >= lo[i] + period, lo[i], w)
+    return np.concatenate([x, near])
 
 
 def _vectorize(fn, count: int):
