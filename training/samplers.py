@@ -124,7 +124,11 @@ class ConstraintTools:
         moves outward fast, stop the inward motion before it overshoots to the far side, and
         hold still (e.g. against gravity) in between.  A smooth law, not bang-bang: chattering
         under a zero-order hold drifts where the drift is asymmetric (a pendulum held against
-        gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint."""
+        gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint.
+        For a plant that cannot stop (the Dubins car) the same law is its turn-away backup: the
+        turn rate reaches d2c/dt2 and goes to full rate in the direction that turns the motion
+        away from the boundary, until the car runs along it; where neither direction is better
+        (heading straight at it) the tie is broken at the upper bound."""
         a1 = np.stack(self._a1(x), axis=-1)
         a2 = np.stack(self._a2(x), axis=-1)
         lfc, lf2c = self._lfc(x)
@@ -144,6 +148,12 @@ class ConstraintTools:
             norm = np.maximum((b * b).sum(-1), 1e-300)
             step = b * (need / norm)[:, None]
             u[:, second] = np.clip(mid[second] + step, u_min[second], u_max[second])
+            # no input reaches d2c/dt2 at this instant but the constraint must turn upward (a car
+            # heading straight at an obstacle or a wall: turning either way is equally good):
+            # break the tie at the upper bound, or the rollout would drive straight on
+            tie = ~np.any(b != 0, axis=-1) & (need > 0)
+            if tie.any():
+                u[np.ix_(tie, np.flatnonzero(second))] = u_max[second]
         return u
 
 
