@@ -88,7 +88,7 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
                        description="Counterexample-guided training of a neural CBF.  Starts from --preset or "
                                    "--config (JSON TrainConfig) or defaults; any flag given overrides it.  "
                                    "Writes OUT/model.onnx, OUT/state_dict.pt and OUT/model.json atomically.")
-    t.add_argument("--preset", help="start from a shipped config: vdp, bicycle or pendulum")
+    t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum or dubins")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig")
     t.add_argument("--system", help="plant name from systems (van_der_pol, bicycle, inverted_pendulum, acc, "
                                     "unicycle, double_integrator)")

@@ -1,4 +1,4 @@
-"""The three shipped barriers of the paper's examples, as training configs, and ``ship``.
+"""The shipped barriers (the paper's three examples and the Dubins car), as training configs, and ``ship``.
 
 * ``vdp``: Van der Pol, Softplus 2-64-64-1, order 1, the system's disk constraint, certified
   for a 5 ms zero-order hold at filter margin 0.05.  (The paper's network is ReLU; a ReLU
@@ -18,6 +18,12 @@
   acceleration at 0, so positives are states that can be kept in the lane by steering alone.
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
+* ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
+  obstacle and an arena wall), Softplus 3-32-32-1 on (p_x, p_y, sin theta, cos theta): the
+  heading is periodic, so the exported network starts with the periodic embedding and reads the
+  angle continuously across the wrap (its first Linear is 4-wide).  Order 1 (the turn rate
+  reaches h through the heading).  The car cannot stop: its backup rollout turns away at full
+  rate (training/samplers.py), and states it cannot save are labelled unsafe (label_lost).
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -52,6 +58,10 @@ PRESETS: dict[str, TrainConfig] = {
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
         backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
+    "dubins": TrainConfig(
+        system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
+        backup_horizon=4.0, backup_dt=0.02, label_lost=True, safe_fraction=0.02, condition_margin=0.1,
+        rounds=40, max_time=240.0, seed=0, dt_control=0.01),
 }
 
 
