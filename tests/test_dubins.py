@@ -98,3 +98,23 @@ def test_the_turn_away_backup_keeps_a_car_heading_straight_at_the_wall_inside_fr
     car = get_system("dubins")
     low = backup_margin(ConstraintTools(car), np.array([[d, 0.0, 0.0]]), car.u_min, car.u_max, 4.0, 0.01)
     assert (low[0] >= 0) == safe
+
+
+def test_the_experiments_starts_face_the_obstacle():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "experiments" / "dubins.py"
+    spec = importlib.util.spec_from_file_location("experiment_dubins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    car = get_system("dubins")
+    X = np.random.default_rng(6).uniform(*car.domain, size=(500, 3))
+    S = module.SPEC.starts(X)
+    np.testing.assert_array_equal(S[:, :2], X[:, :2])
+    assert np.all(S[:, 2] >= -math.pi) and np.all(S[:, 2] < math.pi)
+    to_centre = np.arctan2(-X[:, 1], -X[:, 0])
+    gap = np.abs(np.mod(S[:, 2] - to_centre + math.pi, 2 * math.pi) - math.pi)
+    assert gap.max() <= 0.05 + 1e-12
+    # every start's straight line hits the obstacle: its miss distance |p| sin(gap) is below r
+    assert np.all(np.hypot(X[:, 0], X[:, 1]) * np.sin(gap) < car.params.r)
+    assert module.SPEC.controller == "aim" and module.SPEC.dt_control == 0.01
