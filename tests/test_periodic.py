@@ -214,3 +214,32 @@ def test_the_compiled_loop_wraps_the_heading_and_tracks_the_numpy_engine_modulo_
     assert np.ptp(compiled[..., 2]) > 6.0                       # the loop really crossed the seam
     np.testing.assert_allclose(compiled[..., :2], python[..., :2], atol=1e-3)
     assert _angle_gap(compiled[..., 2], python[..., 2]).max() < 1e-3
+
+
+@pytest.mark.toolchain
+def test_the_firmware_loop_wraps_the_heading_as_the_python_reference_does(cxx, tmp_path):
+    """firmware/common/app.hpp's closed loop on the host port: the heading stays in [-pi, pi)
+    (float32) and tracks cbfsim's float64 reference run (which wraps too) modulo 2 pi."""
+    import torch
+
+    from cbfsim import device
+    from cbfsim.device.config import RunConfig
+    from conftest import require_tool
+    require_tool("make", "apt-get install -y make")
+
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 8), torch.nn.Softplus(), torch.nn.Linear(8, 1))
+    with torch.no_grad():
+        net[2].weight.mul_(0.01)
+        net[2].bias.fill_(50.0)                 # h > 0 everywhere: the filter passes u_nom through
+    config = RunConfig(system="dubins", x0=(-2.0, 0.5, 0.0), nominal="go_to_goal", dt=0.01, steps=1500)
+    generated = device.generate(net, config, tmp_path / "gen")
+    header = (generated.directory / "cbf_config.hpp").read_text()
+    assert "kPeriod[3] = {0x0.0p+0f, 0x0.0p+0f, 0x1.921fb60000000p+2f}" in header
+    host = device.parse_log(device.run("host", device.build("host", generated, tmp_path / "build")))
+    ref = device.reference_run(generated, config)
+    th = np.asarray(host.x, dtype=np.float32)[:, 2]
+    assert np.all(th >= np.float32(-math.pi)) and np.all(th < np.float32(-math.pi) + np.float32(TWO_PI))
+    assert np.ptp(th) > 6.0                                         # it crossed the seam
+    assert device.max_abs_diff(np.asarray(host.x)[:, :2], ref.x[:, :2]) < 1e-3
+    assert _angle_gap(np.asarray(host.x)[:, 2], ref.x[: len(host.x), 2]).max() < 1e-3
