@@ -21,6 +21,7 @@ from sympy.printing.precedence import PRECEDENCE
 
 from . import _fast
 from ._lambdify import NumPyExactPrinter, PythonExactPrinter, lambdify
+from .periodic import PeriodicCoordinateError, checked_periods, wrap_states
 
 from compiler.errors import CbfsimError
 
@@ -72,11 +73,6 @@ def _columns(x: Any, n: int) -> tuple[list[np.ndarray], tuple[int, ...]]:
     """The n state columns of x ((n,) or (B, n)) and the batch shape."""
     arr = _as_states(x, n)
     return [arr[..., i] for i in range(n)], arr.shape[:-1]
-
-
-class PeriodicCoordinateError(CbfsimError, ValueError):
-    """A periodic coordinate that is not one: bad index or period, a domain that is not one
-    period wide, or f, G or the constraint not repeating with the period (message names it)."""
 
 
 class UnknownControllerError(CbfsimError, KeyError):
@@ -365,7 +361,7 @@ class ControlAffineSystem:
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
         self._xdot_twin = _fast.XdotTwin(self._f.twin, self._G.twin)
-        self._periodic = self._check_periodic({k: sub(v) for k, v in dict(d.periodic).items()})
+        self._periodic = checked_periods(self, {k: sub(v) for k, v in dict(d.periodic).items()})
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
@@ -394,69 +390,8 @@ class ControlAffineSystem:
     def wrap(self, x: Any) -> np.ndarray:
         """x with every periodic coordinate i mapped into [lo_i, lo_i + P_i) (lo_i: the domain's
         lower bound), the representative the simulators keep: (n,) -> (n,), (B, n) -> (B, n).
-
-        Only entries outside that interval change, to x_i - k P_i with k = floor((x_i - lo_i) / P_i)
-        (the firmware's wrap_periodic does the same in float32); one that rounding leaves on the
-        far side of the seam becomes lo_i. Entries already inside keep their bits, and so does
-        every other coordinate, a non-finite entry, and a plant without periodic coordinates."""
-        out = np.array(_as_states(x, self.n), dtype=np.float64)
-        lo = self._domain[0]
-        for i, period in self._periodic.items():
-            v = out[..., i]                          # a view: written in place
-            top = lo[i] + period
-            with np.errstate(invalid="ignore"):
-                outside = np.isfinite(v) & ((v < lo[i]) | (v >= top))
-            if outside.any():
-                w = v[outside] - np.floor((v[outside] - lo[i]) / period) * period
-                w[(w < lo[i]) | (w >= top)] = lo[i]
-                v[outside] = w
-        return out
-
-    def _check_periodic(self, periods: Mapping[Any, sp.Expr]) -> dict[int, float]:
-        """The declared periods, validated: a state index, a finite period > 0 equal to the
-        domain's width there, and f, G and the constraint repeating with it (checked at
-        states spread over the domain; PeriodicCoordinateError names the coordinate)."""
-        out: dict[int, float] = {}
-        lo, hi = self._domain
-        for key, value in periods.items():
-            if isinstance(key, bool) or not isinstance(key, (int, np.integer)) or not 0 <= key < self.n:
-                raise PeriodicCoordinateError(f"{self.name}: periodic coordinate {key!r} is not a state index "
-                                              f"in 0..{self.n - 1}")
-            i, label = int(key), f"{self.state_names[int(key)]!r} (coordinate {int(key)})"
-            try:
-                period = float(value)
-            except TypeError:
-                period = math.nan
-            if not (math.isfinite(period) and period > 0):
-                raise PeriodicCoordinateError(f"{self.name}: periodic coordinate {label}: the period must be a "
-                                              f"finite number > 0 in the parameters, got {value}")
-            width = float(hi[i] - lo[i])
-            if abs(width - period) > 1e-9 * period:
-                raise PeriodicCoordinateError(
-                    f"{self.name}: periodic coordinate {label} has period {period!r} but its domain "
-                    f"[{float(lo[i])!r}, {float(hi[i])!r}] is {width!r} wide; they must match")
-            self._check_repeats(i, period, label)
-            out[i] = period
-        return dict(sorted(out.items()))
-
-    def _check_repeats(self, i: int, period: float, label: str) -> None:
-        """f, G and the constraint at x and x + P e_i agree (to float tolerance) at states
-        spread over the domain, or PeriodicCoordinateError names the first that does not."""
-        lo, hi = self._domain
-        X = np.random.default_rng(0x5EED).uniform(lo, hi, size=(64, self.n))
-        shifted = X.copy()
-        shifted[:, i] += period
-        for what, fld in (("f", self._f), ("G", self._G), ("the constraint", self._h)):
-            a = fld.numpy(*_columns(X, self.n)).reshape(len(X), -1)
-            b = fld.numpy(*_columns(shifted, self.n)).reshape(len(X), -1)
-            with np.errstate(invalid="ignore"):
-                bad = ~(np.abs(a - b) <= 1e-9 * (1.0 + np.abs(a)))
-            bad &= np.isfinite(a) | np.isfinite(b)
-            if bad.any():
-                row = int(np.flatnonzero(bad.any(axis=1))[0])
-                raise PeriodicCoordinateError(
-                    f"{self.name}: {what} is not periodic in {label} with period {period!r}: it differs at "
-                    f"x = {np.array2string(X[row], precision=6)} and x + period")
+        Entries already inside keep their bits (see systems/periodic.py)."""
+        return wrap_states(_as_states(x, self.n), self._domain[0], self._periodic)
 
     # -- numpy (one state ((n,) or (1, n) float64) takes the float twin where it exists:
     # same bits, a fraction of numpy's per-call cost; see systems/_fast.py)
