@@ -118,3 +118,25 @@ def test_the_experiments_starts_face_the_obstacle():
     # every start's straight line hits the obstacle: its miss distance |p| sin(gap) is below r
     assert np.all(np.hypot(X[:, 0], X[:, 1]) * np.sin(gap) < car.params.r)
     assert module.SPEC.controller == "aim" and module.SPEC.dt_control == 0.01
+
+
+def test_a_constant_backup_input_circles_and_labels_the_states_whose_circle_stays_in_the_ring():
+    """backup_input = [omega_max]: the car circles left (radius 0.5) about p + 0.5 (-sin theta,
+    cos theta); the rollout keeps the constraint iff that circle stays in the ring
+    (1.0 <= |centre| <= 2.5). From (1, 0) heading +p_y the centre is (0.5, 0): the circle touches
+    the obstacle's centre; heading -p_y it is (1.5, 0): safe. The greedy backup saves both."""
+    car = get_system("dubins")
+    tools = ConstraintTools(car)
+    X = np.array([[1.0, 0.0, math.pi / 2], [1.0, 0.0, -math.pi / 2], [2.25, 0.0, -math.pi / 2],
+                  [2.25, 0.0, math.pi / 2]])
+    left = backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01, constant=[2.0])
+    np.testing.assert_array_equal(left >= 0, [False, True, False, True])
+    assert np.all(backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01) >= 0)
+    clipped = backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01, constant=[50.0])    # clipped to the box
+    np.testing.assert_array_equal(clipped, left)
+
+
+def test_a_backup_input_of_the_wrong_length_is_refused_naming_the_field():
+    from training.config import ConfigError, TrainConfig
+    with pytest.raises(ConfigError, match="^backup_input must be 1 finite numbers"):
+        TrainConfig(system="dubins", backup_input=[1.0, 2.0]).resolve(get_system("dubins"))

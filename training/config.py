@@ -50,6 +50,7 @@ class TrainConfig:
     backup_horizon: float = 2.0                                 # [s]
     backup_dt: float = 0.01                                     # [s], RK4 with zero-order-hold input
     backup_hold: list[int] = field(default_factory=list)        # inputs the backup keeps at mid-box
+    backup_input: list[float] | None = None                     # a constant backup input instead of the greedy law
 
     # margins (h units; condition margin in h units per second)
     safe_margin: float = 0.05
@@ -193,7 +194,7 @@ def validate(cfg: TrainConfig, system) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
-    for name, size in (("u_min", m), ("u_max", m), ("domain_lo", n), ("domain_hi", n)):
+    for name, size in (("u_min", m), ("u_max", m), ("domain_lo", n), ("domain_hi", n), ("backup_input", m)):
         _vector(cfg, name, size)
     if cfg.margin_scale is not None:
         from .margin import MarginError, margin_from

@@ -168,11 +168,14 @@ def near_boundary(rng: np.random.Generator, tools: ConstraintTools, lo: np.ndarr
 
 
 def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                  horizon: float, dt: float, hold: Sequence[int] = ()) -> np.ndarray:
+                  horizon: float, dt: float, hold: Sequence[int] = (),
+                  constant: Sequence[float] | None = None) -> np.ndarray:
     """The smallest constraint value along a ``horizon``-second rollout of the greedy backup
     from each state (RK4, input held over each dt step); a rollout stops at its first
     negative value, so < 0 means "the backup leaves the set" and >= level means "it keeps
-    the constraint above level throughout"."""
+    the constraint above level throughout".  ``constant``: hold this input (clipped to the box)
+    instead of the greedy law, e.g. a full turn for a car that cannot stop: it circles, and the
+    states it labels are those whose circle stays in the set."""
     system = tools.system
     x = np.array(x, dtype=np.float64)
     low = tools.constraint(x)
@@ -181,7 +184,8 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
     for _ in range(int(np.ceil(horizon / dt))):
         if len(alive) == 0:
             break
-        u = tools.backup_input(state, u_min, u_max, hold)
+        u = (tools.backup_input(state, u_min, u_max, hold) if constant is None
+             else np.broadcast_to(np.clip(np.asarray(constant, dtype=np.float64), u_min, u_max), (len(state), len(u_min))))
 
         def rhs(z: np.ndarray) -> np.ndarray:
             return system.f(z) + np.einsum("bij,bj->bi", system.G(z), u)
@@ -201,9 +205,10 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
 
 
 def backup_safe(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0) -> np.ndarray:
+                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0,
+                constant: Sequence[float] | None = None) -> np.ndarray:
     """True where the greedy backup keeps the constraint >= level for ``horizon`` seconds."""
-    return backup_margin(tools, x, u_min, u_max, horizon, dt, hold) >= level
+    return backup_margin(tools, x, u_min, u_max, horizon, dt, hold, constant) >= level
 
 
 def system_terms(system, x: np.ndarray, order: int) -> dict[str, np.ndarray]:

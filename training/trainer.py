@@ -76,7 +76,7 @@ def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.r
     low = np.full(len(x), -np.inf)
     inside = c >= 0
     low[inside] = backup_margin(tools, x[inside], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
-                                cfg.backup_hold)
+                                cfg.backup_hold, cfg.backup_input)
     lost = inside & (low < 0) if cfg.label_lost else np.zeros(len(x), dtype=bool)
     pool = Pool.build(system, x, cfg.order, pos=low >= cfg.safe_fraction * cmax, neg=~inside, lost=lost)
     return pool, cmax
