@@ -22,8 +22,15 @@
   obstacle and an arena wall), Softplus 3-32-32-1 on (p_x, p_y, sin theta, cos theta): the
   heading is periodic, so the exported network starts with the periodic embedding and reads the
   angle continuously across the wrap (its first Linear is 4-wide).  Order 1 (the turn rate
-  reaches h through the heading).  The car cannot stop: its backup rollout turns away at full
-  rate (training/samplers.py), and states it cannot save are labelled unsafe (label_lost).
+  reaches h through the heading), gamma 5.  The car cannot stop, and its positives come from a
+  backup that circles left at full rate (backup_input [2.0]): the states whose turning circle
+  stays in the ring.  The greedy turn-away backup labels more states safe (93% of the ring
+  against 60%), but symmetrically: dead ahead of the obstacle or the wall both turns are
+  equally good, and a smooth first-order barrier cannot hold a condition with margin on such a
+  crease (at each position its least-safe heading has L_G h = 0), so those labels cannot all be
+  met and training does not converge.  A one-sided circle is a smooth invariant set (its
+  centre p + rho (-sin theta, cos theta) is fixed under the full turn).  The 2000-step warm
+  start carves the obstacle out of the first guess (300 steps leave it filled in).
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -59,9 +66,10 @@ PRESETS: dict[str, TrainConfig] = {
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
         backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
     "dubins": TrainConfig(
-        system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
-        backup_horizon=4.0, backup_dt=0.02, label_lost=True, safe_fraction=0.02, condition_margin=0.1,
-        rounds=40, max_time=240.0, seed=0, dt_control=0.01),
+        system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=5.0,
+        backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=False, safe_fraction=0.05,
+        condition_margin=0.02, warm_start_steps=2000, check_samples=100_000, check_boundary=30_000,
+        rounds=40, max_time=270.0, seed=0, dt_control=0.01),
 }
 
 
