@@ -144,3 +144,19 @@ def test_the_model_card_records_the_periods_and_refuses_a_bad_record():
     vdp = get_system("van_der_pol")
     vcfg = TrainConfig(system="van_der_pol")
     assert "periodic" not in build_card(vcfg, vdp, vcfg.resolve(vdp), {}).network
+
+
+def test_the_torch_reference_barrier_reads_the_state_width_from_the_embedding():
+    from cbfsim.barriers import TorchBarrier
+    car = get_system("dubins")
+    barrier = _barrier()
+    ref = TorchBarrier(to_sequential(barrier, torch.float64), m=1)
+    assert ref.n == 3
+    x = _states(16, seed=7)
+    np.testing.assert_allclose(ref.value(x), _reference_h(barrier, torch.as_tensor(x)).detach().numpy(),
+                               rtol=1e-12, atol=1e-12)
+    t = system_terms(car, x, 1)
+    terms = ref.lie(x, t["f"], t["G"])
+    want = lie_terms(barrier.double(), torch.as_tensor(x), torch.as_tensor(t["f"]), torch.as_tensor(t["G"]), 1,
+                     create_graph=False)
+    np.testing.assert_allclose(terms.Lf, want.Lf.detach().numpy(), rtol=1e-10, atol=1e-12)
