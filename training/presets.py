@@ -30,7 +30,9 @@
   crease (at each position its least-safe heading has L_G h = 0), so those labels cannot all be
   met and training does not converge.  A one-sided circle is a smooth invariant set (its
   centre p + rho (-sin theta, cos theta) is fixed under the full turn).  The 2000-step warm
-  start carves the obstacle out of the first guess (300 steps leave it filled in).
+  start carves the obstacle out of the first guess (300 steps leave it filled in); the wider
+  unsafe margin (0.1, weight 3) keeps the learned set off the obstacle's edge, where a tangent
+  circle's set otherwise leaks into it.
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -67,8 +69,9 @@ PRESETS: dict[str, TrainConfig] = {
         backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
     "dubins": TrainConfig(
         system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=5.0,
-        backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=False, safe_fraction=0.05,
-        condition_margin=0.02, warm_start_steps=2000, check_samples=100_000, check_boundary=30_000,
+        backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=True, safe_fraction=0.1,
+        unsafe_margin=0.1, w_unsafe=3.0, condition_margin=0.02, warm_start_steps=2000,
+        check_samples=100_000, check_boundary=30_000,
         rounds=40, max_time=270.0, seed=0, dt_control=0.01),
 }
 
