@@ -31,7 +31,7 @@ SPEC = ExperimentSpec(
     t_final=10.0,
     dt_control=0.01,                    # the card's control period
     showcase=[[-2.0, 0.0, 0.0], [0.0, 2.2, -1.5707963267948966], [1.6, 1.6, -2.356194490192345],
-              [2.5, -0.5, 2.9]],
+              [2.0, -0.5, 2.9], [0.0, -2.0, 1.5707963267948966]],     # each facing the obstacle
     dims=(0, 1),
     portrait_fixed=[0.0, 0.0, 0.0],     # the learned h = 0 drawn at theta = 0 (heading +p_x)
     starts=facing_the_obstacle,
