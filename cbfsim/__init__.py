@@ -8,7 +8,7 @@ name would otherwise shadow the function once anything imports ``cbfsim.simulate
 Compile and load a barrier: ``compile_barrier``. Barriers: ``CompiledBarrier``,
 ``TorchBarrier``, ``AnalyticBarrier``. Filters: ``CBFQP``, ``HOCBFQP``, ``CBFProjection``,
 ``FilterStatus``. Class-K functions: ``Linear``, ``Cubic``, ``Power``, ``Tanh``. Simulation:
-``simulate``, ``simulate_batch``, ``Trajectory``; model error: ``Perturbation``,
+``simulate``, ``simulate_batch``, ``Trajectory``, ``RunFate`` (each run's fate); model error: ``Perturbation``,
 ``disturbance_margin``. Plants: ``get_system``. Errors: ``CbfsimError`` is the root of every
 error cbfsim raises on purpose. Campaigns: ``cbfsim.campaign``; the compiled closed loop:
 ``cbfsim.engine``.
@@ -35,6 +35,7 @@ _EXPORTS: dict[str, str] = {
     "Tanh": "cbfsim.classk",
     "Trajectory": "cbfsim.trajectory",
     "RunStatus": "cbfsim.trajectory",
+    "RunFate": "cbfsim.fate",
     "Perturbation": "cbfsim.perturb",
     "disturbance_margin": "cbfsim.perturb",
     "get_system": "systems",

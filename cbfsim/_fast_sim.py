@@ -7,8 +7,9 @@ order as ``simulate._rk4_array`` on Python floats, x + (0.5 dt) k1 ... x + (dt/6
 (``ControlAffineSystem.float_xdot``, systems/_fast.py; single-input plants), so it gives
 the same bits (tests/test_fast_paths.py checks that with np.array_equal over many-step
 trajectories of every plant). It answers None, and the array code runs, for anything
-else: no plant twin, a batch of more than one, a float exception, or a non-finite result
-(numpy then recomputes it, with its warnings).
+else: no plant twin, a batch of more than one, a float exception, or a non-finite or diverged
+result (|x_i| > fate.DIVERGENCE_BOUND; numpy then recomputes it, with its warnings, and the
+simulator marks the fault).
 
 Switch: the environment variable ``CBFSIM_FAST_PATHS=0`` turns every fast path off (the
 same variable switches off the plants' and the filters' twins). It is read once, by
@@ -19,11 +20,12 @@ same variable switches off the plants' and the filters' twins). It is read once,
 from __future__ import annotations
 
 import functools
-import math
 import os
 from typing import Any, Callable
 
 import numpy as np
+
+from .fate import DIVERGENCE_BOUND
 
 FAST_PATHS_ENV = "CBFSIM_FAST_PATHS"
 _F64 = np.dtype(np.float64)
@@ -71,8 +73,9 @@ def _rk4_float(n: int) -> Callable[..., list[float]]:
 
 def rk4_single(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> np.ndarray | None:
     """The RK4 zero-order-hold step for a batch of one ((1, n) state, (1, 1) input) on
-    Python floats, a finite (1, n) array bit-identical to the array code; or None (fast
-    paths off, no plant twin, anything else, float exception, non-finite result)."""
+    Python floats, a finite (1, n) array within the divergence bound, bit-identical to the
+    array code; or None (fast paths off, no plant twin, anything else, float exception,
+    non-finite or diverged result)."""
     if not fast_paths_enabled():
         return None
     get = getattr(system, "float_xdot", None)
@@ -84,6 +87,6 @@ def rk4_single(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: i
         xs = _rk4_float(x.shape[1])(xdot, x[0].tolist(), u.item(), dt, substeps)
     except (ArithmeticError, ValueError):
         return None
-    if not all(map(math.isfinite, xs)):
+    if not all(abs(v) <= DIVERGENCE_BOUND for v in xs):      # (NaN compares false)
         return None
     return np.array([xs])

@@ -3,13 +3,14 @@
     cbfsim train --help       train a neural barrier for a named system (training.cli)
     cbfsim verify --help      check a trained model on a dense sample of its domain (training.cli)
     cbfsim compile --help     compile an ONNX barrier into a C++ header (the compiler's cbfc)
-    cbfsim simulate --help    run the closed loop with a compiled barrier and write the trajectory and figures
+    cbfsim simulate --help    run the closed loop from one or more starts and write the trajectories and figures
     cbfsim certify --help     prove the barrier conditions (and the sampled-data loop) over the whole domain
     cbfsim cache info|clear   show or empty the build cache of compiled barriers
     cbfsim campaign --help    Monte Carlo campaign over a grid of perturbations, on Dask (cbfsim.campaign)
 
 Exit codes: 0 success, 1 error (one line on stderr naming the problem; --debug shows the
-traceback), 2 usage; a command may add its own (see its --help).
+traceback), 2 usage; a command may add its own (see its --help). Every flag, with its default:
+docs/cli.md (generated from these parsers: python -m cbfsim.docs_cli).
 """
 from __future__ import annotations
 
@@ -21,29 +22,52 @@ from typing import Sequence
 
 import numpy as np
 
-from compiler.cli_errors import (EXIT_USAGE, OneLineParser, add_common_flags, check_can_create, finite_float,
-                                 nonnegative_float, output_directory, positive_float, positive_int, run, run_parsed)
+from compiler.cli_errors import (EXIT_USAGE, NumberListAppend, OneLineParser, add_common_flags, check_can_create,
+                                 finite_float, float_list, nonnegative_float, output_directory, positive_float,
+                                 positive_int, run_parsed)
+
+from compiler.errors import CbfsimError
 
 log = logging.getLogger("cbfsim")
 EXIT_NOT_CERTIFIED = 3
 
+
+class InputFileError(CbfsimError, ValueError):
+    """A file of inputs (--x0-file) that cannot be read as what the flag needs (names file and line)."""
+
 SIMULATE_HELP = """Simulate the closed loop of a trained barrier: its model card names the system, the input
 bounds and the class-K gains; the ONNX file beside it is compiled (cached) and evaluated through
-the C++ header. Writes trajectory.npz, phase_portrait.png and time_series.png to --out."""
+the C++ header. One run per start (--x0, repeatable, or --x0-file), all in one batch. Writes
+trajectory.npz (every run), phase_portrait.png (every run) and time_series.png (the first run;
+time_series_K.png for start K > 0, up to 10) to --out."""
+MAX_TIME_SERIES = 10
 
 
 def _simulate_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cbfsim simulate", description=SIMULATE_HELP)
-    parser.add_argument("card", type=Path, help="the model card (model.json) of a trained barrier")
-    parser.add_argument("--x0", type=finite_float, nargs="+", required=True, help="initial state (n numbers)")
+    parser.add_argument("card", type=Path, help="the model card (model.json) of a trained barrier: it names the "
+                        "plant, the input box and the gains; model.onnx sits beside it")
+    parser.add_argument("--x0", action=NumberListAppend, type=float_list, metavar="X1,X2,...",
+                        help="a start state, n numbers (--x0 -1.8,0.05,0 or --x0 -1.8 0.05 0); repeat the flag "
+                             "for several starts (default: none; give --x0 or --x0-file)")
+    parser.add_argument("--x0-file", type=Path, default=None,
+                        help="a text file of start states, one per line, numbers separated by commas or spaces, "
+                             "'#' comments (default: none)")
     parser.add_argument("--controller", default=None,
-                        help="nominal controller of the system (default: its first one)")
-    parser.add_argument("--t-final", type=positive_float, default=10.0, help="seconds to simulate (default 10)")
-    parser.add_argument("--dt", type=positive_float, default=0.01, help="control period in seconds (default 0.01)")
-    parser.add_argument("--substeps", type=positive_int, default=1, help="RK4 steps per control period (default 1)")
+                        help="name of the plant's nominal controller u = k(x) the filter corrects (default: the "
+                             "plant's first one)")
+    parser.add_argument("--t-final", type=positive_float, default=10.0, help="seconds to simulate each run")
+    parser.add_argument("--dt", type=positive_float, default=None,
+                        help="control period in seconds (the input is held over it); another period than the "
+                             "certified one runs outside the proof, and --strict refuses it (default: the "
+                             "certificate's period, else 0.01)")
+    parser.add_argument("--substeps", type=positive_int, default=1,
+                        help="RK4 steps per control period; raise it for stiff or fast plants")
     parser.add_argument("--filter", choices=("osqp", "projection", "none"), default="osqp",
-                        help="CBF-QP with OSQP, the exact one-constraint projection, or the nominal loop")
-    parser.add_argument("--out", type=Path, default=Path("results") / "simulate", help="output directory")
+                        help="osqp: the CBF-QP solved by OSQP; projection: the exact one-constraint projection "
+                             "(what the firmware runs); none: the nominal loop, unfiltered, for comparison")
+    parser.add_argument("--out", type=Path, default=Path("results") / "simulate",
+                        help="directory for trajectory.npz and the figures (created; existing files replaced)")
     parser.add_argument("--strict", action="store_true",
                         help="refuse to run when x0 lies outside the constraint or certified set, the card's "
                              "verification failed, or the model has no certificate (default: warn and record)")
@@ -51,9 +75,27 @@ def _simulate_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def read_starts(path: Path) -> list[list[float]]:
+    """The start states of an --x0-file: one per line, numbers separated by commas or spaces."""
+    starts = []
+    for number, line in enumerate(Path(path).read_text().splitlines(), 1):
+        text = line.split("#", 1)[0].replace(",", " ").split()
+        if not text:
+            continue
+        try:
+            starts.append([finite_float(word) for word in text])
+        except argparse.ArgumentTypeError as exc:
+            raise InputFileError(f"{path}, line {number}: {exc}") from None
+    if not starts:
+        raise InputFileError(f"{path}: no start states (one per line, numbers separated by commas or spaces)")
+    return starts
+
+
 def simulate_main(argv: Sequence[str]) -> int:
     parser = _simulate_parser()
     args = parser.parse_args(argv)
+    if args.x0 is None and args.x0_file is None:
+        parser.error("give a start state: --x0 X1,X2,... (repeatable) or --x0-file FILE")
     return run_parsed(parser.prog, args, lambda: _simulate(parser, args))
 
 
@@ -62,45 +104,70 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .classk import Linear
     from .filters import CBFQP, CBFProjection, HOCBFQP
     from .plots import phase_portrait, time_series
+    from .claim import load_claim
     from .preflight import card_findings, certified_margin, load_certificate, report
     from .runtime import compile_barrier
-    from .simulate import simulate
+    from .simulate import simulate_batch
     from systems import get_system
     from training.model_card import load_card
 
+    starts = list(args.x0 or []) + (read_starts(args.x0_file) if args.x0_file is not None else [])
     card = load_card(args.card)
     system = get_system(card.system, **card.system_params)
-    x0 = np.asarray(args.x0, dtype=np.float64)
-    if x0.shape != (system.n,):
-        parser.error(f"--x0 needs {system.n} numbers ({', '.join(system.state_names)}), got {x0.size}")
+    for k, start in enumerate(starts):
+        if len(start) != system.n:
+            where = f"start {k + 1} (of --x0 / --x0-file)" if len(starts) > 1 else "--x0"
+            parser.error(f"{where} needs {system.n} numbers ({', '.join(system.state_names)}), got {len(start)}")
+    X0 = np.asarray(starts, dtype=np.float64)
     controller = args.controller or system.nominal_names[0]
     system.nominal(controller)                  # an unknown name fails here, before any work
     barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
     gains = card.gains
     certificate = load_certificate(Path(args.card))
-    margin = certified_margin(certificate)      # the certificate holds only with exactly its margin
-    findings = card_findings(card, certificate)
+    claim = load_claim(Path(args.card), card, system)
+    margin = claim.margin if claim.holds else certified_margin(None)   # the certificate holds only with its margin
+    faces = claim.faces if claim.holds else ()
+    dt = args.dt if args.dt is not None else (claim.dt if claim.holds and claim.dt else 0.01)
+    findings = card_findings(card, certificate) + claim.findings + claim.settings_findings(dt, margin) \
+        + claim.domain_findings(X0)
     if args.strict:
         report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
+    if faces and args.filter == "projection":
+        parser.error("the certificate's face rows need --filter osqp (the projection solves one row)")
     if args.filter == "none":
         filt = None
     elif card.order == 1:
-        filt = (CBFQP if args.filter == "osqp" else CBFProjection)(system, Linear(gains["gamma"]), margin=margin)
+        filt = (CBFQP(system, Linear(gains["gamma"]), margin=margin, faces=faces) if args.filter == "osqp"
+                else CBFProjection(system, Linear(gains["gamma"]), margin=margin))
     else:
-        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin)
+        filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin,
+                       faces=faces)
     with output_directory(args.out):
-        traj = simulate(system, barrier, filt, controller, x0, args.t_final, args.dt, args.dt / args.substeps,
-                        order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
-                                                    "filter_margin": margin.to_dict()}, strict=args.strict)
+        traj = simulate_batch(system, barrier, filt, controller, X0, args.t_final, dt, dt / args.substeps,
+                              order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
+                                                          "filter_margin": margin.to_dict()}, strict=args.strict)
+        if claim.holds:
+            from training.verify import certified_value
+            traj.metadata["excursions"] = claim.excursions(
+                traj.x, lambda z: certified_value(barrier.lib, system, z, card.order, gains), system.state_names)
         report(findings, strict=False, where="")        # warned once the run stands (errors stay one line)
         traj.save(args.out / "trajectory.npz")
-        phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj)
-        time_series(args.out / "time_series.png", traj)
-    c = system.constraint(traj.x[0])
-    log.info(f"{system.name}: {traj.n_steps} steps, min constraint {c.min():.4g}, min h {np.nanmin(traj.h):.4g}, "
-             f"slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+        runs = "" if len(X0) == 1 else f", {len(X0)} runs"
+        phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj, fixed=X0[0],
+                       max_runs=len(X0), title=f"{system.name}: {args.filter} filter{runs}")
+        for k in range(min(len(X0), MAX_TIME_SERIES)):
+            start = ", ".join(f"{name} = {v:g}" for name, v in zip(system.state_names, X0[k]))
+            time_series(args.out / ("time_series.png" if k == 0 else f"time_series_{k}.png"), traj, run=k,
+                        title=f"{system.name}: the run from {start}")
+    c = system.constraint(traj.x.reshape(-1, system.n))
+    log.info(f"{system.name}: {len(X0)} run(s) x {traj.n_steps} steps, min constraint {np.nanmin(c):.4g}, "
+             f"min h {np.nanmin(traj.h):.4g}, slack-active steps {int(np.sum(traj.status == 1))}; wrote {args.out}/")
+    for event in traj.metadata.get("excursions", []):
+        log.info(f"run {event['run']} {event['kind'].replace('_', ' ')} at control step {event['step']}: "
+                 + ", ".join(f"{k} = {v:.6g}" for k, v in event["state"].items()))
     for fault in traj.metadata["faults"]:
-        log.info(f"run stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
+        which = f"run {fault['run']} " if len(X0) > 1 else "run "
+        log.info(f"{which}stopped at control step {fault['step']} (t = {fault['time']:.6g} s): {fault['cause']}")
     return 0
 
 
@@ -111,18 +178,30 @@ the control period; counterexamples are confirmed in float64. Exit status: 0 cer
 3 not certified (counterexamples or undecided boxes listed), 1 error, 2 usage."""
 
 
+DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
+
+
 def _certify_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cbfsim certify", description=CERTIFY_HELP)
-    parser.add_argument("model", type=Path, help="the barrier (ONNX)")
-    parser.add_argument("card", type=Path, help="its model card (model.json)")
+    parser.add_argument("model", type=Path, help="the trained barrier network, an ONNX file (model.onnx)")
+    parser.add_argument("card", type=Path, help="its model card (model.json): the plant, input box, gains and "
+                                                "the domain to prove over")
     parser.add_argument("--dt", type=nonnegative_float, default=None,
-                        help="control period in seconds (default: the card's config.dt_control, else 0)")
-    parser.add_argument("--time-limit", type=nonnegative_float, default=None,
-                        help="seconds before giving up (not certified; 0: at once)")
+                        help="control period in seconds the zero-order-hold loop is proved for; use the period "
+                             "the filter runs at (0: continuous time only; default: the card's config.dt_control, "
+                             "else 0)")
+    parser.add_argument("--time-limit", type=nonnegative_float, default=DEFAULT_TIME_LIMIT,
+                        help="seconds before giving up with the undecided boxes listed (not certified; 0: at "
+                             "once); raise it when boxes stay undecided; a falsifier runs first, so a wrong "
+                             "barrier is refuted in seconds")
     parser.add_argument("--margin", type=nonnegative_float, default=None,
-                        help="filter margin eps (default: the smallest of the ladder 3 ... 0.001 that certifies; "
-                             "times the card's margin_scale bias + w.x when it has one)")
-    parser.add_argument("-o", "--output", type=Path, default=None, help="write the certificate (JSON) here")
+                        help="filter margin eps to prove the loop with; a larger one asks more of the filter "
+                             "(default: search between the largest feasible and the smallest sampled-safe margin, "
+                             "starting from the card's recorded margin; times the card's margin_scale bias + w.x "
+                             "when it has one)")
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="write the certificate (JSON) here; put it beside the card as STEM.cert.json so "
+                             "simulate and the experiments use its margin (default: print the summary only)")
     add_common_flags(parser)
     return parser
 
@@ -166,49 +245,71 @@ def _card_beside(model: Path):
     return None
 
 
+COMPILE_HELP = """cbfc, knowing the plant: with a model card (--card, or STEM.json / model.json beside the ONNX
+file naming it) --inputs defaults to the plant's m, and a larger --inputs is refused (a barrier
+compiled for inputs the plant does not have is silently wrong). Writes DIR/NAME.hpp and
+DIR/NAME_abi.cpp and prints the cost report."""
+
+
+def _compile_parser() -> argparse.ArgumentParser:
+    from compiler.cli import build_parser
+    parser = build_parser("cbfsim compile", inputs_help="number of control inputs m, the columns of G(x); a "
+                          "larger one than the plant's is refused (default: the plant's m, from the model card)")
+    parser.description = COMPILE_HELP
+    parser.add_argument("--card", type=Path,
+                        help="the model card (model.json) that names the plant (default: STEM.json or "
+                             "model.json beside MODEL.onnx, when it names that file)")
+    return parser
+
+
 def compile_main(argv: Sequence[str]) -> int:
-    """cbfc, knowing the plant when a model card is given (--card) or sits beside the ONNX file:
-    --inputs then defaults to the plant's m, and a larger --inputs is refused (a barrier compiled
-    for inputs the plant does not have is silently wrong)."""
-    parser = OneLineParser(prog="cbfsim compile", add_help=False)
-    parser.add_argument("--card", type=Path)
-    parser.add_argument("--inputs", "-m", type=positive_int)
-    known, rest = parser.parse_known_args(argv)
-    return run(parser.prog, lambda: _compile_with_card(parser, known, rest), debug="--debug" in rest)
+    parser = _compile_parser()
+    args = parser.parse_args(argv)
+    return run_parsed(parser.prog, args, lambda: _compile_with_card(parser, args))
 
 
-def _compile_with_card(parser: argparse.ArgumentParser, known: argparse.Namespace, rest: list[str]) -> int:
+def _compile_with_card(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    from compiler.cli import compile_parsed
     from training.model_card import load_card
-    if known.card is not None:
-        found = known.card, load_card(known.card)
+    if args.card is not None:
+        found = args.card, load_card(args.card)
     else:
-        model = next((Path(a) for a in rest if a.lower().endswith(".onnx")), None)
-        found = _card_beside(model) if model is not None else None
+        found = _card_beside(Path(args.model)) if args.model.lower().endswith(".onnx") else None
     if found is not None:
         path, card = found
         m = len(card.input_names)
-        if known.inputs is not None and known.inputs > m:
-            parser.error(f"--inputs {known.inputs} is more than the {m} input(s) "
+        if args.inputs is not None and args.inputs > m:
+            parser.error(f"--inputs {args.inputs} is more than the {m} input(s) "
                          f"({', '.join(card.input_names)}) of system {card.system!r} in {path}")
-        known.inputs = m if known.inputs is None else known.inputs
-    from compiler.cli import main as cbfc
-    return cbfc(rest + ([] if known.inputs is None else ["--inputs", str(known.inputs)]), prog=parser.prog)
+        args.inputs = m if args.inputs is None else args.inputs
+    if args.inputs is None:
+        parser.error("--inputs is required when no model card is given (--card) or found beside the model")
+    return compile_parsed(parser, args)
 
 
 CAMPAIGN_HELP = """Run (or resume) a Monte Carlo campaign: the spec's grid of perturbations (plant
 parameters, disturbances, noise, delay), each setting's runs sharded and executed on Dask (a
 LocalCluster of --workers processes, or --scheduler ADDRESS), merged into OUT/summary.json
-(violations with Clopper-Pearson 95% intervals, min h and slack quantiles, the worst runs with
-their seeds) and OUT/violation.png. Run it again to resume: finished shards are kept."""
+(each run's fate: completed, left_set or faulted; violations -- left the set or faulted -- with
+Clopper-Pearson 95% intervals, min h and slack quantiles, the worst runs with their seeds) and
+OUT/violation.png. Run it again to resume: finished shards are kept, damaged ones run again.
+One campaign at a time owns OUT (a lock); the spec is checked whole before anything runs."""
 
 
 def _campaign_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cbfsim campaign", description=CAMPAIGN_HELP)
-    parser.add_argument("spec", type=Path, help="the campaign spec (JSON; see cbfsim/campaign/spec.py)")
-    parser.add_argument("--out", type=Path, default=None, help="output directory (default results/campaign-SPEC)")
-    parser.add_argument("--scheduler", default=None, help="address of an existing Dask scheduler (tcp://...)")
-    parser.add_argument("--workers", type=positive_int, default=None, help="LocalCluster worker processes (default: cores)")
-    parser.add_argument("--in-process", action="store_true", help="run the shards here, without Dask")
+    parser.add_argument("spec", type=Path, help="the campaign spec (JSON; see cbfsim/campaign/spec.py and "
+                                                "examples/campaign_vdp.json)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="output directory; run again with the same one to resume (default: "
+                             "results/campaign-SPEC)")
+    parser.add_argument("--scheduler", default=None,
+                        help="address of an existing Dask scheduler, tcp://HOST:PORT, to run on a cluster "
+                             "(default: a LocalCluster on this machine)")
+    parser.add_argument("--workers", type=positive_int, default=None,
+                        help="LocalCluster worker processes; lower it to leave cores free (default: the cores)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the shards here, one after another, without Dask (debugging, small specs)")
     add_common_flags(parser)
     return parser
 
@@ -221,11 +322,18 @@ def campaign_main(argv: Sequence[str]) -> int:
         from .campaign import run
         out = args.out or Path("results") / f"campaign-{args.spec.stem}"
         summary = run(args.spec, out, scheduler=args.scheduler, workers=args.workers, in_process=args.in_process)
+        from .fate import summary_text
         for row in summary["settings"]:
-            lo, hi = row["ci95"]
-            log.info(f"  setting {row['setting']:3d}: {row['violations']:6d} / {row['runs']:<7d} leave the set "
-                     f"[{lo:.2e}, {hi:.2e}]  {row.get('plant_params') or ''} {row['disturbance']} "
-                     f"noise {row['noise']} delay {row['delay']}")
+            label = f"{row.get('plant_params') or ''} {row['disturbance']} noise {row['noise']} delay {row['delay']}"
+            if not row["runs"]:
+                log.info(f"  setting {row['setting']:3d}: no shard yet  {label}")
+                continue
+            ci = "[{:.2e}, {:.2e}]".format(*row["ci95"]) if row["ci95"] else "[no judged runs]"
+            apart = " (faulted runs reported apart)" if row["fault_policy"] == "separate" else ""
+            log.info(f"  setting {row['setting']:3d}: {row['violations']:6d} / {row['judged_runs']:<7d} violations "
+                     f"{ci}{apart}; {summary_text(row['fates'])}  {label}")
+        log.info(f"all settings: {summary_text(summary['fates'])}; merged {summary['shards_merged']} of "
+                 f"{summary['shards_total']} shards")
         log.info(f"summary.json and violation.png in {out}/")
         return 0
     return run_parsed(parser.prog, args, go)

@@ -10,6 +10,12 @@ batch.cpp) and published whole (a private folder, then one rename), as barrier b
 
     traj = simulate_card("experiments/models/vdp.json", X0, t_final=5.0)
 
+Each run's fate (cbfsim/fate.py) is judged as the numpy engine judges it: a state that is not
+finite or beyond fate.DIVERGENCE_BOUND (a start of 1e39, inf in float32, included) stops the
+run at that control instant, marked ``faulted`` with its step and state
+(``metadata["fates"]``, ``metadata["faults"]``, ``run_status``); the others are ``left_set``
+or ``completed`` by the constraint at the recorded states.
+
 It takes the same ``Perturbation`` as the numpy engine (noise, disturbances, delay; the same
 counter-based draws, firmware/common/rng.hpp) except plant-parameter mismatch, which it
 refuses in one line; not yet the several-row filter.
@@ -27,11 +33,13 @@ import numpy as np
 
 from compiler.errors import CbfsimError
 
+from .fate import DIVERGENCE_BOUND, classify, constraint_values, diverged, fault_cause
 from .filters.base import check_margin
-from .trajectory import Trajectory
+from .trajectory import RunStatus, Trajectory
 
 FIRMWARE = Path(__file__).resolve().parent.parent / "firmware"
 MAX_DELAY = 64                       # kMaxDelay in firmware/host/batch.cpp
+ENGINE_ABI = 2                       # cbf_engine_abi() of the batch.cpp this module calls
 
 
 class CompiledLoop:
@@ -40,23 +48,31 @@ class CompiledLoop:
     def __init__(self, library: Path, config: Any, card: Any = None):
         self.library, self.config, self.card = Path(library), config, card
         self._lib = ctypes.CDLL(str(self.library))
+        self._lib.cbf_engine_abi.restype = ctypes.c_int
+        abi = self._lib.cbf_engine_abi()
+        if abi != ENGINE_ABI:
+            raise EngineError(f"{self.library}: engine ABI {abi}, this cbfsim calls ABI {ENGINE_ABI}; rebuild it")
         n, m = ctypes.c_int(), ctypes.c_int()
         self.order = self._lib.cbf_engine_dims(ctypes.byref(n), ctypes.byref(m))
         self.n, self.m = n.value, m.value
         f32 = np.ctypeslib.ndpointer(np.float32, flags="C_CONTIGUOUS")
         u64 = np.ctypeslib.ndpointer(np.uint64, flags="C_CONTIGUOUS")
         self._lib.cbf_engine_run.argtypes = [ctypes.c_int, ctypes.c_int, f32, u64, f32, ctypes.c_int, f32, f32,
-                                             ctypes.c_int, f32, f32, f32, f32,
-                                             np.ctypeslib.ndpointer(np.int8, flags="C_CONTIGUOUS")]
+                                             ctypes.c_int, ctypes.c_float, f32, f32, f32, f32,
+                                             np.ctypeslib.ndpointer(np.int8, flags="C_CONTIGUOUS"),
+                                             np.ctypeslib.ndpointer(np.int32, flags="C_CONTIGUOUS")]
         self._lib.cbf_engine_run.restype = ctypes.c_int
         self._lib.cbf_engine_barrier_only.argtypes = [ctypes.c_int, f32, f32]
         self._lib.cbf_engine_barrier_only.restype = None
 
     def run(self, X0: Any, steps: int, perturbation: Any = None, run_seeds: Any = None) -> dict[str, np.ndarray]:
         """B runs of ``steps`` periods from X0 (B, n), optionally perturbed (cbfsim.perturb;
-        plant-parameter mismatch is refused: the engine's plant is its filter's model)."""
+        plant-parameter mismatch is refused: the engine's plant is its filter's model).
+        ``fault_step`` (B,): the instant a run stopped on a non-finite or diverged state, or
+        steps + 1; a stopped run's entries after it are unwritten (``trajectory`` blanks them)."""
         from .perturb import ActivePerturbation, Perturbation, PerturbationError
-        X0 = np.ascontiguousarray(np.asarray(X0, dtype=np.float64).reshape(-1, self.n), dtype=np.float32)
+        with np.errstate(over="ignore"):          # a start beyond float32 becomes inf: a fault at step 0
+            X0 = np.ascontiguousarray(np.asarray(X0, dtype=np.float64).reshape(-1, self.n), dtype=np.float32)
         B, T = len(X0), int(steps)
         pert = ActivePerturbation(perturbation or Perturbation(), self.config.plant(), run_seeds, B)
         if perturbation is not None and perturbation.plant_params:
@@ -69,10 +85,10 @@ class CompiledLoop:
         as32 = lambda a: np.ascontiguousarray(a, dtype=np.float32)    # noqa: E731
         out = {"x": np.empty((B, T + 1, self.n), np.float32), "u_nom": np.empty((B, T, self.m), np.float32),
                "u": np.empty((B, T, self.m), np.float32), "h": np.empty((B, T), np.float32),
-               "status": np.empty((B, T), np.int8)}
+               "status": np.empty((B, T), np.int8), "fault_step": np.empty(B, np.int32)}
         code = self._lib.cbf_engine_run(B, T, X0, np.ascontiguousarray(pert.seeds), as32(pert.noise), kind,
-                                        as32(pert.bound), as32(value), pert.delay, out["x"], out["u_nom"], out["u"],
-                                        out["h"], out["status"])
+                                        as32(pert.bound), as32(value), pert.delay, DIVERGENCE_BOUND, out["x"],
+                                        out["u_nom"], out["u"], out["h"], out["status"], out["fault_step"])
         if code != 0:
             raise PerturbationError("the compiled engine refused the perturbation")
         out["perturbation"] = pert.record if perturbation is not None else None
@@ -125,26 +141,47 @@ def simulate_card(card: str | Path, X0: Any, t_final: float, perturbation: Any =
     compiled engine; float32 records widened to float64."""
     from .device.card import shipped_card_run
     X0 = np.atleast_2d(np.asarray(X0, dtype=np.float64))
-    run = shipped_card_run(card, x0=tuple(X0[0]), **overrides)
+    run = shipped_card_run(card, **overrides)      # (its x0 is unused: the engine starts from X0)
     loop = build_engine(run.model, run.config)
     return trajectory(loop, X0, int(round(t_final / run.config.dt)), perturbation, run_seeds, {"card": str(card)})
 
 
 def trajectory(loop: CompiledLoop, X0: np.ndarray, steps: int, perturbation: Any, run_seeds: Any,
                extra: dict) -> Trajectory:
-    """Run the loaded engine and return its records as a Trajectory (h at the final state: NaN)."""
+    """Run the loaded engine and return its records as a Trajectory (h at the final state: NaN),
+    with each run's fate judged as the numpy engine judges it (a stopped run's record blanked
+    after its fault; a start beyond the bound recorded as given, in float64)."""
+    from .simulate import NonFiniteStateError, _stop_runs
+    X0 = np.atleast_2d(np.asarray(X0, dtype=np.float64))
+    if not np.all(np.isfinite(X0)):
+        bad = int(np.flatnonzero(~np.isfinite(X0).all(axis=1))[0])
+        raise NonFiniteStateError(0, 0.0, X0[bad], bad)
     out = loop.run(X0, steps, perturbation, run_seeds)
     B, T, m = len(X0), steps, loop.m
-    nan = np.full((B, T), np.nan)
-    h = np.concatenate([out["h"].astype(np.float64), np.full((B, 1), np.nan)], axis=1)
+    t = np.arange(T + 1) * float(np.float32(loop.config.dt))
+    rec = {"x": out["x"].astype(np.float64), "u_nom": out["u_nom"].astype(np.float64),
+           "u": out["u"].astype(np.float64),
+           "h": np.concatenate([out["h"].astype(np.float64), np.full((B, 1), np.nan)], axis=1),
+           "Lf": np.full((B, T), np.nan), "Lg": np.full((B, T, m), np.nan), "slack": np.zeros((B, T)),
+           "status": out["status"], "solve_time": np.zeros((B, T))}
+    fault_step = out["fault_step"].astype(np.int64)
+    start = diverged(X0)                      # judged in float64, as the numpy engine does
+    fault_step[start] = 0
+    rec["x"][start, 0] = X0[start]            # the start as given, not its float32 inf
+    faulted = fault_step <= T
+    if faulted.any():
+        _stop_runs(rec, fault_step)
+    faults = [{"run": int(b), "step": int(fault_step[b]), "time": float(t[fault_step[b]]),
+               "cause": fault_cause(rec["x"][b, fault_step[b]])} for b in np.flatnonzero(faulted)]
+    fates = classify(constraint_values(loop.config.plant(), rec["x"]), t, rec["x"], fault_step,
+                     {f["run"]: f["cause"] for f in faults})
     meta = {"engine": "compiled", "system": loop.config.system, "dt_control": loop.config.dt,
-            "margin": check_margin(loop.config.margin).to_dict(), "library": str(loop.library), **extra}
+            "margin": check_margin(loop.config.margin).to_dict(), "library": str(loop.library), **extra,
+            "faults": faults, "fates": [f.to_dict() for f in fates]}
     if out["perturbation"] is not None:
         meta["perturbation"] = out["perturbation"]
-    return Trajectory(t=np.arange(T + 1) * float(np.float32(loop.config.dt)), x=out["x"].astype(np.float64),
-                      u_nom=out["u_nom"].astype(np.float64), u=out["u"].astype(np.float64), h=h, Lf=nan,
-                      Lg=np.full((B, T, m), np.nan), slack=np.zeros((B, T)), status=out["status"],
-                      solve_time=np.zeros((B, T)), metadata=meta)
+    run_status = np.where(faulted, RunStatus.FAULTED, RunStatus.COMPLETED).astype(np.int8)
+    return Trajectory(t=t, metadata=meta, run_status=run_status, **rec)
 
 
 class EngineError(CbfsimError, ValueError):
@@ -167,11 +204,14 @@ def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0
         raise EngineError("engine='compiled' needs the nominal controller by name (one of system.nominal's)")
     if filter is None or getattr(filter, "n_barriers", 1) != 1 or getattr(filter, "issf", None) is not None:
         raise EngineError("engine='compiled' needs a one-barrier CBF/HOCBF filter without the ISSf term")
+    if getattr(filter, "faces", ()):
+        raise EngineError("engine='compiled' runs one row and the filter enforces face rows too "
+                          f"({', '.join(f.label for f in filter.faces)}): use engine='numpy'")
     alphas = [filter.alpha] if filter.order == 1 else [filter.alpha1, filter.alpha2]
     if not all(isinstance(a, Linear) for a in alphas):
         raise EngineError("engine='compiled' needs linear class-K functions (the firmware's row)")
     params = dataclasses.asdict(system.params) if dataclasses.is_dataclass(system.params) else {}
-    config = RunConfig(system=system.name, x0=tuple(np.atleast_2d(X0)[0]), nominal=controller, order=filter.order,
+    config = RunConfig(system=system.name, x0=(0.0,) * system.n, nominal=controller, order=filter.order,
                        alpha=tuple(a.gain for a in alphas), dt=float(dt_control), steps=1, substeps=int(substeps),
                        params=params, margin=filter.margin, fallback=filter.faults.fallback)
     loop = build_engine(model, config)

@@ -24,10 +24,12 @@ from compiler.cli_errors import (OneLineParser, add_common_flags, output_directo
 
 from .barriers import CompiledBarrier
 from .classk import Linear
+from .fate import FAULTED, summary_text, tally
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
 from .plots import phase_portrait, time_series
 from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
                         load_certificate, report as report_findings)
+from .claim import load_claim
 from .runtime import compile_barrier
 from .simulate import simulate, simulate_batch
 from .trajectory import RunStatus, Trajectory
@@ -55,17 +57,20 @@ class ExperimentSpec:
     models_dir: Path = field(default=Path(__file__).resolve().parent.parent / "experiments" / "models")
 
 
-def _filters(card, system, order: int, margin: float = 0.0):
+def _filters(card, system, order: int, margin: float = 0.0, faces: tuple = ()):
     """(batched filter: exact projection, showcase filter: OSQP), from the card's class-K gains,
     each enforcing its constraint row with ``margin`` (the certificate's filter margin eps: the
-    certificate holds only for a filter that enforces exactly that margin)."""
+    certificate holds only for a filter that enforces exactly that margin) and the certificate's
+    face rows (then both are OSQP: the projection is for one row)."""
     gains = card.gains
     if order == 1:
         alpha = Linear(gains["gamma"])
+        if faces:
+            return CBFQP(system, alpha, margin=margin, faces=faces), CBFQP(system, alpha, margin=margin, faces=faces)
         return CBFProjection(system, alpha, margin=margin), CBFQP(system, alpha, margin=margin)
     alpha1, alpha2 = Linear(gains["alpha1"]), Linear(gains["alpha2"])
-    return (HOCBFQP(system, alpha1, alpha2, solver="projection", margin=margin),
-            HOCBFQP(system, alpha1, alpha2, solver="osqp", margin=margin))
+    return (HOCBFQP(system, alpha1, alpha2, solver="osqp" if faces else "projection", margin=margin, faces=faces),
+            HOCBFQP(system, alpha1, alpha2, solver="osqp", margin=margin, faces=faces))
 
 
 def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
@@ -88,10 +93,19 @@ def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarra
 
 
 def _constraint_stats(system, traj: Trajectory) -> tuple[float, int]:
-    """Minimum of the constraint function over every run and step, and the runs that left the set."""
-    B, T1, n = traj.x.shape
-    c = system.constraint(traj.x.reshape(-1, n)).reshape(B, T1)
-    return float(c.min()), int(np.sum(c.min(axis=1) < 0.0))
+    """Minimum of the constraint function over every run and recorded step (-inf when a run
+    faulted: its state diverged, so no NaN ever reaches a comparison), and the runs that
+    violated: left the set or faulted (cbfsim/fate.py; ``_fate_counts`` has each fate). (+inf
+    when nothing was recorded.)"""
+    fates = traj.fates
+    lows = [f.min_constraint for f in fates if f.min_constraint is not None]
+    low = -np.inf if any(f.fate == FAULTED for f in fates) else (min(lows) if lows else np.inf)
+    return float(low), tally(f.fate for f in fates)["violations"]
+
+
+def _fate_counts(*trajectories: Trajectory) -> dict[str, int]:
+    """The count of each fate over the runs of ``trajectories``."""
+    return tally(f.fate for traj in trajectories for f in traj.fates)["fates"]
 
 
 def nominal_field(system: Any, controller: str) -> Callable[[np.ndarray], np.ndarray]:
@@ -140,8 +154,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     lib = compile_barrier(onnx_path, inputs=system.m, order=order, name=spec.name)
     barrier = CompiledBarrier(lib)
     certificate = load_certificate(card_path)
-    margin = certified_margin(certificate)
-    batch_filter, showcase_filter = _filters(card, system, order, margin)
+    claim = load_claim(card_path, card, system, onnx_path)
+    margin = claim.margin if claim.holds else certified_margin(None)
+    dt_control = claim.dt if claim.holds and claim.dt else spec.dt_control   # the period the proof is for
+    batch_filter, showcase_filter = _filters(card, system, order, margin, claim.faces if claim.holds else ())
     lo, hi = np.asarray(card.domain_lo), np.asarray(card.domain_hi)
     runs = spec.runs if runs is None else runs
     t_final = spec.t_final if t_final is None else t_final
@@ -150,10 +166,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
     X0 = _initial_states(certified, lo, hi, runs, seed, spec.starts)
     showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
-    findings = card_findings(card, certificate) + initial_state_findings(
-        system.constraint(showcase_x0), certified(showcase_x0))
+    findings = card_findings(card, certificate) + claim.findings + initial_state_findings(
+        system.constraint(showcase_x0), certified(showcase_x0)) + claim.domain_findings(showcase_x0)
     preflight = report_findings(findings, strict, where=f"experiment {spec.name}")
-    common = dict(t_final=t_final, dt_control=spec.dt_control, dt_int=spec.dt_int)
+    common = dict(t_final=t_final, dt_control=dt_control, dt_int=spec.dt_int)
     filtered = simulate_batch(system, barrier, batch_filter, spec.controller, X0, **common)
     nominal = simulate_batch(system, barrier, None, spec.controller, X0, order=order, **common)
     showcase = simulate(system, barrier, showcase_filter, spec.controller, showcase_x0[0], **common)
@@ -161,13 +177,19 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     showcase_nominal = simulate_batch(system, barrier, None, spec.controller, showcase_x0, order=order, **common)
     report = verify(lib, card_path, samples=spec.verify_samples if verify_samples is None else verify_samples)
 
+    excursions = claim.excursions(filtered.x, certified, system.state_names) if claim.holds else []
     min_f, viol_f = _constraint_stats(system, filtered)
     min_n, viol_n = _constraint_stats(system, nominal)
     min_s, viol_s = _constraint_stats(system, showcase)
     summary: dict[str, Any] = {
         "experiment": spec.name, "system": system.name, "order": order,
         "controller": spec.controller, "model": str(onnx_path.name),
-        "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": spec.dt_control, "t_final": t_final,
+        "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": dt_control, "t_final": t_final,
+        # runs of the filtered batch that left the certified set or the certified domain: first step and state
+        "runs_left_certified_set": len({e["run"] for e in excursions if e["kind"] == "left_certified_set"}),
+        "runs_left_domain": len({e["run"] for e in excursions if e["kind"] == "left_domain"}),
+        "excursions": excursions[:50],
+        "face_rows": [face.label for face in claim.faces] if claim.holds else [],
         "min_constraint_filtered": min(min_f, min_s), "min_constraint_nominal": min_n,
         "violations_filtered": viol_f + viol_s, "violations_nominal": viol_n,
         "qp_infeasible_steps": int(np.sum(filtered.status == FilterStatus.SLACK_ACTIVE)
@@ -193,7 +215,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
 
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
-    boundary = certified if order == 2 else None   # order 2: smaller than {h >= 0}, drawn too
+    faces = claim.faces if claim.holds else ()
+    in_claim = (lambda x: np.minimum(certified(x), np.min([f.level(x) for f in faces], axis=0))) if faces \
+        else certified                              # the certified set: the faces the filter enforces cut it too
+    boundary = in_claim if order == 2 or faces else None   # smaller than {h >= 0}: drawn too
     flow = nominal_field(system, spec.controller)
     portrait = dict(dims=spec.dims, fixed=spec.portrait_fixed, limits=spec.portrait_limits, certified=boundary,
                     vector_field=flow)
@@ -205,6 +230,8 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     time_series(fig_dir / "showcase_time_series.png", showcase,
                 title=f"{spec.title}: one run from {x0_text} (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")
+    # each run's fate (completed, left_set, faulted: cbfsim/fate.py); a faulted run is a violation
+    summary["fates_filtered"], summary["fates_nominal"] = _fate_counts(filtered, showcase), _fate_counts(nominal)
     summary["wall_time_s"] = time.perf_counter() - started
     (out_dir / "summary.json").write_text(json.dumps(summary, indent=2, sort_keys=True) + "\n")
     return summary
@@ -225,10 +252,14 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("min constraint, nominal", f"{summary['min_constraint_nominal']:.4g}"),
         ("runs leaving the set, filtered", summary["violations_filtered"]),
         ("runs leaving the set, nominal", summary["violations_nominal"]),
+        ("runs leaving the certified set / domain", f"{summary.get('runs_left_certified_set', 0)} / "
+                                                     f"{summary.get('runs_left_domain', 0)}"),
         ("QP infeasible steps (slack active)", summary["qp_infeasible_steps"]),
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),
         ("verifier: coverage of the constraint set", f"{summary['verify']['coverage']:.1%}"),
+        ("fates, filtered (violations: left_set + faulted)", summary_text(summary["fates_filtered"])),
+        ("fates, nominal", summary_text(summary["fates_nominal"])),
         ("certificate", _certificate_text(summary.get("certificate"))),
         ("wall time", f"{summary['wall_time_s']:.1f} s"),
     ]

@@ -33,8 +33,9 @@ STYLE: dict[str, dict[str, Any]] = {
     "certified": {"color": "tab:green", "lw": 1.5, "ls": "--", "label": "certified set boundary"},
     "nominal": {"color": "tab:gray", "lw": 1.0, "ls": "--", "label": "nominal (no filter)"},
     "filtered": {"color": "tab:blue", "lw": 1.0, "ls": "-", "label": "filtered"},
-    "field": {"color": "0.82", "lw": 0.6},
+    "field": {"color": "0.82", "lw": 0.6, "label": "nominal closed-loop flow (no filter)"},
 }
+MANY_RUNS = 10          # more filtered runs than this are drawn thin, one colour each (not one blue blob)
 
 
 def _line(name: str) -> dict[str, Any]:
@@ -49,12 +50,17 @@ def _contour(ax: Any, X: np.ndarray, Y: np.ndarray, Z: np.ndarray, name: str) ->
 
 
 def slice_text(system: Any, dims: tuple[int, int], fixed: Sequence[float] | None) -> str:
-    """"slice: psi = 0, v = 10" for the coordinates a 2-D figure of an n > 2 state holds fixed."""
-    if system.n <= 2 or fixed is None:
+    """"sets drawn at the slice psi = 0, v = 10 (runs projected)" for the coordinates a 2-D figure
+    of an n > 2 state holds fixed (``fixed`` None: the grid's default, 0 clipped into the domain).
+    Runs leave the slice, so a run may cross a drawn boundary without leaving the set."""
+    if system.n <= 2:
         return ""
+    if fixed is None:
+        lo, hi = system.domain
+        fixed = np.clip(np.zeros(system.n), lo, hi)
     names = list(getattr(system, "state_names", [f"x{i}" for i in range(system.n)]))
-    held = [f"{names[i]} = {fixed[i]:g}" for i in range(system.n) if i not in dims]
-    return "slice: " + ", ".join(held)
+    held = [f"{names[i]} = {fixed[i]:.3g}" for i in range(system.n) if i not in dims]
+    return "sets drawn at the slice " + ", ".join(held) + " (runs projected: they leave the slice)"
 
 
 def _runs(trajs: Trajectory | Iterable[Trajectory] | None) -> list[np.ndarray]:
@@ -109,6 +115,7 @@ def phase_portrait(path: str | Path, system: Any,
         ax.streamplot(VX, VY, D[:, dims[0]].reshape(VX.shape), D[:, dims[1]].reshape(VX.shape),
                       color=STYLE["field"]["color"], linewidth=STYLE["field"]["lw"], density=1.1,
                       arrowsize=0.7, zorder=0)
+        ax.plot([], [], color=STYLE["field"]["color"], lw=1.5, label=STYLE["field"]["label"])
     if constraint:
         C = np.asarray(system.constraint(X)).reshape(XX.shape)
         unsafe = STYLE["unsafe"]
@@ -128,10 +135,19 @@ def phase_portrait(path: str | Path, system: Any,
     if certified is not None:
         _contour(ax, XX, YY, np.asarray(certified(X)).reshape(XX.shape), "certified")
     for name, runs in (("nominal", _runs(nominal)), ("filtered", _runs(trajectories))):
-        for j, run in enumerate(runs[:max_runs]):
-            ax.plot(run[:, dims[0]], run[:, dims[1]], alpha=0.85, label=STYLE[name]["label"] if j == 0 else None,
-                    **_line(name))
-            ax.plot(run[0, dims[0]], run[0, dims[1]], "o", ms=3, color=STYLE[name]["color"])
+        runs = runs[:max_runs]
+        many = name == "filtered" and len(runs) > MANY_RUNS
+        colours = _run_colours(len(runs)) if many else [STYLE[name]["color"]] * len(runs)
+        for j, run in enumerate(runs):
+            label = None
+            if j == 0:
+                label = f"{STYLE[name]['label']} ({len(runs)} runs, one colour each; dot: start)" if many \
+                    else STYLE[name]["label"] + (f" ({len(runs)} runs)" if len(runs) > 1 else "")
+            style = {**_line(name), "color": colours[j]}
+            if many:
+                style["lw"] = 0.7
+            ax.plot(run[:, dims[0]], run[:, dims[1]], alpha=0.7 if many else 0.85, label=label, **style)
+            ax.plot(run[0, dims[0]], run[0, dims[1]], "o", ms=3, color=colours[j])
     names = list(getattr(system, "state_names", [f"x{i}" for i in range(system.n)]))
     ax.set_xlabel(names[dims[0]])
     ax.set_ylabel(names[dims[1]])
@@ -146,9 +162,16 @@ def phase_portrait(path: str | Path, system: Any,
         ax.text(0.01, 0.99, where, transform=ax.transAxes, ha="left", va="top", fontsize=8,
                 bbox={"facecolor": "white", "alpha": 0.8, "edgecolor": "none"})
     handles = extra_handles + ax.get_legend_handles_labels()[0]     # below the axes, never over data
-    fig.legend(handles=handles, loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
     return path
+
+
+def _run_colours(count: int) -> list[Any]:
+    """One colour per run from a rainbow map, so neighbouring runs are told apart."""
+    from matplotlib import colormaps
+    cmap = colormaps["turbo"]
+    return [cmap(0.05 + 0.9 * k / max(count - 1, 1)) for k in range(count)]
 
 
 def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | None = None) -> Path:
@@ -166,10 +189,12 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
     FigureCanvasAgg(fig)
     axes = fig.subplots(m + 2, 1, sharex=True, squeeze=False)[:, 0]
     for j in range(m):
-        axes[-1].step(tr.t[:-1], row[0, :, j], where="post", lw=1.0, color=f"C{4 + j}", label=f"{row_name} [{names[j]}]")
+        axes[-1].step(tr.t[:-1], row[0, :, j], where="post", lw=1.0, color=f"C{4 + j}",
+                      label=f"{row_name} ({names[j]}): how strongly {names[j]} moves "
+                            f"{'dh/dt' if tr.LgLf is None else 'd2h/dt2'}")
     axes[-1].set_ylabel(row_name)
     axes[0].plot(tr.t, tr.h[0], color=STYLE["barrier"]["color"], lw=1.2, label="h")
-    axes[0].axhline(0.0, color=STYLE["constraint"]["color"], lw=0.8, ls=":")
+    axes[0].axhline(0.0, color=STYLE["constraint"]["color"], lw=0.8, ls=":", label="h = 0 (edge of the safe set)")
     axes[0].set_ylabel("h")
     relaxed = np.flatnonzero(tr.status[0] == FilterStatus.SLACK_ACTIVE)
     for j in range(m):
@@ -180,7 +205,7 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
         if u_min is not None and u_max is not None:
             for bound in (u_min[j], u_max[j]):
                 if np.isfinite(bound):
-                    ax.axhline(bound, color=STYLE["constraint"]["color"], lw=0.8, ls=":")
+                    ax.axhline(bound, color="0.35", lw=0.8, ls="-.", label="input bounds u_min, u_max")
         if relaxed.size:
             ax.plot(tr.t[relaxed], tr.u[0, relaxed, j], "x", color="tab:orange", ms=4, label="slack active")
         ax.set_ylabel(names[j] if j < len(names) else f"u{j}")
@@ -190,6 +215,6 @@ def time_series(path: str | Path, traj: Trajectory, run: int = 0, title: str | N
     for ax in axes:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=4, fontsize=8, frameon=False)
+    fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=2, fontsize=8, frameon=False)
     fig.savefig(path, dpi=120)
     return path

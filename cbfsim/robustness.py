@@ -4,8 +4,10 @@ For a shipped model (its card, certificate margin and experiment spec) and a lis
 each setting runs a batch from states of the certified set under one perturbation -- a
 plant-parameter mismatch or the worst-case bounded disturbance (along -grad h) on the actuated states -- with the
 nominal filter (the certificate's margin) and the robust one (plus
-``perturb.disturbance_margin`` for the disturbance bound), and counts the runs that leave the
-constraint set, with a Clopper-Pearson 95% interval on the violation probability.
+``perturb.disturbance_margin`` for the disturbance bound), and counts each run's fate
+(cbfsim/fate.py) and the violations -- runs that leave the constraint set or fault (a faulted
+run is a violation unless ``faults="separate"``, then counted apart and left out of the
+probability, never counted safe) -- with a Clopper-Pearson 95% interval on the probability.
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import numpy as np
 
 from .barriers import CompiledBarrier
 from .experiment import ExperimentSpec, _filters, _initial_states, shipped_model
+from .fate import check_policy, tally
 from .perturb import Perturbation, disturbance_margin
 from .preflight import certified_margin, load_certificate
 from .runtime import compile_barrier
@@ -42,9 +45,10 @@ class Study:
     disturbance_levels: tuple
 
 
-def run_study(study: Study, runs: int, t_final: float, seed: int = 0) -> list[dict]:
-    """One row per (kind, level, filter): runs, violations, probability and its 95% interval."""
+def run_study(study: Study, runs: int, t_final: float, seed: int = 0, faults: str = "violation") -> list[dict]:
+    """One row per (kind, level, filter): runs, fates, violations, probability and its 95% interval."""
     from training.verify import certified_value
+    check_policy(faults)
     spec = study.spec
     card, system, onnx, card_path = shipped_model(spec)
     lib = compile_barrier(onnx, inputs=system.m, order=card.order, name=spec.name)
@@ -68,13 +72,19 @@ def run_study(study: Study, runs: int, t_final: float, seed: int = 0) -> list[di
             filt = _filters(card, system, card.order, eps)[0]
             traj = simulate_batch(system, barrier, filt, spec.controller, X0, t_final, spec.dt_control,
                                   spec.dt_int, perturbation=pert)
-            c = system.constraint(traj.x.reshape(-1, n)).reshape(runs, -1)
-            k = int(np.sum(c.min(axis=1) < 0.0))
-            rows.append({"model": spec.name, "kind": kind, "level": float(level), "filter": name, "margin": eps.eps, "margin_scale": eps.scale,
-                         "runs": runs, "violations": k, "probability": k / runs,
-                         "ci95": clopper_pearson(k, runs), "min_constraint": float(c.min()),
+            rows.append({"model": spec.name, "kind": kind, "level": float(level), "filter": name, "margin": eps.eps,
+                         "margin_scale": eps.scale, "runs": runs, **fate_row(traj, faults),
                          "slack_steps": int(np.sum(traj.slack > 1e-9))})
     return rows
+
+
+def fate_row(traj: Any, faults: str = "violation") -> dict:
+    """A study row's statistics from a batch: fate.tally, its 95% interval, the lowest constraint."""
+    fates = traj.fates
+    stats = tally((f.fate for f in fates), faults)
+    k, n = stats["violations"], stats["judged_runs"]
+    lows = [f.min_constraint for f in fates if f.min_constraint is not None]
+    return {**stats, "ci95": clopper_pearson(k, n) if n else None, "min_constraint": min(lows) if lows else None}
 
 
 def plot_study(rows: list[dict], path: Any) -> None:
@@ -90,12 +100,12 @@ def plot_study(rows: list[dict], path: Any) -> None:
             if not sel:
                 continue
             x = np.array([r["level"] for r in sel])
-            p = np.array([r["probability"] for r in sel])
-            ci = np.array([r["ci95"] for r in sel])
+            p = np.array([np.nan if r["probability"] is None else r["probability"] for r in sel])
+            ci = np.array([[np.nan, np.nan] if r["ci95"] is None else r["ci95"] for r in sel])
             ax.errorbar(x, p, yerr=[p - ci[:, 0], ci[:, 1] - p], capsize=3, label=f"{name} filter", **style)
         ax.set_title(f"{model}: {kind}")
         ax.set_xlabel("relative parameter error" if kind == "mismatch" else "disturbance bound")
-        ax.set_ylabel("P(run leaves the constraint set)")
+        ax.set_ylabel("P(run leaves the set or faults)")
         ax.set_ylim(-0.05, 1.05)
         ax.grid(alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)

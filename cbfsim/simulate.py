@@ -7,10 +7,12 @@ batch) and the safety filter run; the plant is then integrated with classic RK4 
 controller, barrier, filter and integrator is accumulated separately in
 ``metadata["timing"]`` for the benchmarks.
 
-A run whose state becomes non-finite stops and is marked (``Trajectory.run_status``,
-``metadata["faults"]``) while the rest of the batch finishes; ``on_fault="raise"`` raises
-instead. A horizon whose record cannot fit in memory is refused before anything is
-allocated. Single runs integrate through a float twin of the RK4 code where the plant has
+Each run's fate (cbfsim/fate.py: completed, left_set, faulted) is recorded in
+``metadata["fates"]``. A run whose state becomes non-finite or diverges (|x_i| >
+fate.DIVERGENCE_BOUND; a start state beyond it faults at step 0) stops and is marked
+(``Trajectory.run_status``, ``metadata["faults"]``) while the rest of the batch finishes;
+``on_fault="raise"`` raises instead. A horizon whose record cannot fit in memory is refused
+before anything is allocated. Single runs integrate through a float twin of the RK4 code where the plant has
 one (cbfsim/_fast_sim.py; same bits; ``CBFSIM_FAST_PATHS=0`` turns it off).
 """
 from __future__ import annotations
@@ -25,6 +27,7 @@ from compiler.errors import CbfsimError
 
 from .barriers import Barrier, ShapeError, as_batch, barrier_terms
 from .classk import describe
+from .fate import classify, constraint_values, diverged, fault_cause
 from . import _fast_sim
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
 from .perturb import ActivePerturbation, Disturbed, Perturbation, PerturbationError, neutral_input
@@ -33,16 +36,17 @@ from .trajectory import STEP_NOT_RUN, RunStatus, Trajectory
 
 
 class NonFiniteStateError(CbfsimError, FloatingPointError):
-    """The state became NaN/Inf (raised with ``on_fault="raise"``, or for a non-finite X0);
-    carries the control instant, time, run index and state, and ``trajectory``: every run
-    up to that instant (None for X0)."""
+    """The state became NaN/Inf or diverged (raised with ``on_fault="raise"``, or for a
+    non-finite X0); carries the control instant, time, run index and state, and
+    ``trajectory``: every run up to that instant (None for X0)."""
 
     def __init__(self, step: int, time: float, state: np.ndarray, run: int = 0,
                  trajectory: Trajectory | None = None):
         self.step, self.time, self.run = int(step), float(time), int(run)
         self.state = np.array(state, dtype=np.float64)
         self.trajectory = trajectory
-        super().__init__(f"non-finite state at control step {self.step} (t = {self.time:.6g} s) "
+        kind = "non-finite" if not np.isfinite(self.state).all() else "diverged"
+        super().__init__(f"{kind} state at control step {self.step} (t = {self.time:.6g} s) "
                          f"in run {self.run}: x = {np.array2string(self.state, precision=6)}")
 
 
@@ -78,7 +82,8 @@ def _rk4_array(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: i
 
 def _integrate(system: Any, x: np.ndarray, u: np.ndarray, dt: float, substeps: int) -> tuple[np.ndarray, bool]:
     """The one dispatch between the simulator's float twin (cbfsim/_fast_sim.py) and the
-    array code: (next state, True when the twin ran, whose result is always finite)."""
+    array code: (next state, True when the twin ran, whose result is always finite and
+    within the divergence bound)."""
     one = _fast_sim.rk4_single(system, x, u, dt, substeps)
     if one is not None:
         return one, True
@@ -125,7 +130,7 @@ def _available_memory() -> int | None:
 
 def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
     """Refuse, before allocating anything, a run whose record cannot fit in memory."""
-    need = _record_bytes(B, T, n, m, order)
+    need = _record_bytes(B, T, n, m, order) + 8 * B * (T + 1)    # (+ the constraint the fates are judged by)
     if need < 1 << 26:                    # (64 MiB: not worth reading /proc/meminfo)
         return
     have = _available_memory()
@@ -136,9 +141,13 @@ def _check_memory(B: int, T: int, n: int, m: int, order: int) -> None:
             f"of memory available; shorten t_final, lengthen dt_control or split the batch")
 
 
-def _fault(run: int, step: int, time: float, state: np.ndarray) -> dict:
-    return {"run": run, "step": step, "time": time,
-            "cause": f"non-finite state x = {np.array2string(state, precision=6)}"}
+def _fault(run: int, step: int, time: float, state: np.ndarray, u: np.ndarray | None = None) -> dict:
+    """A fault record; ``u``: the input applied over the period before, named when it was the
+    input that was not finite."""
+    cause = fault_cause(state)
+    if u is not None and not np.isfinite(u).all():
+        cause += f", after a non-finite input u = {np.array2string(np.asarray(u), precision=6)}"
+    return {"run": run, "step": step, "time": time, "cause": cause}
 
 
 def _stop_runs(rec: dict[str, np.ndarray], fault_step: np.ndarray) -> None:
@@ -169,9 +178,12 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     ({h >= 0}; {h >= 0, psi1 >= 0} for an HOCBF filter), are warned about (PreflightWarning)
     and listed in ``metadata["preflight"]``; ``strict=True`` refuses them (UnsafeRunError).
 
-    A run whose state becomes non-finite stops there and the others go on (``on_fault="stop"``,
-    see trajectory.py: ``run_status``, ``metadata["faults"]``); its row is held at its initial
-    state from then on, so the batch calls see only finite states, and its record is blanked.
+    Each run's fate (completed, left_set, faulted: cbfsim/fate.py) is in ``metadata["fates"]``.
+    A run whose state becomes non-finite or diverged (|x_i| > fate.DIVERGENCE_BOUND; a start
+    beyond it faults at step 0) stops there and the others go on (``on_fault="stop"``, see
+    trajectory.py: ``run_status``, ``metadata["faults"]``); its row is held at its initial
+    state (0 for a diverged start) from then on, so the batch calls see only finite states,
+    and its record is blanked.
     ``on_fault="raise"`` raises NonFiniteStateError at the first fault instead, carrying the
     trajectory of every run up to that instant. A record larger than the available memory
     is refused up front (TrajectoryTooLargeError).
@@ -246,20 +258,34 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     xs[:, 0] = X
     X_init = X.copy()
     alive = np.ones(B, dtype=bool)
-    fault_step = np.full(B, T + 1)       # first instant with a non-finite state (T + 1: none)
+    fault_step = np.full(B, T + 1)       # first instant with a non-finite or diverged state (T + 1: none)
     faults: list[dict] = []
 
     def finish(steps: int) -> Trajectory:
-        run_status = np.where(alive, RunStatus.COMPLETED, RunStatus.NON_FINITE_STATE).astype(np.int8)
+        run_status = np.where(alive, RunStatus.COMPLETED, RunStatus.FAULTED).astype(np.int8)
         extra = {"preflight": preflight, **({"perturbation": pert.record} if pert is not None else {})}
         meta = _metadata(system, barrier, filter, controller, order, t_final, dt_control, dt_int, B, steps,
                          clock, faults, {**extra, **(metadata or {})})
         cut = {k: (v if v is None else v[:, :steps + (1 if k in ("x", "h") else 0)]) for k, v in rec.items()}
         if faults:
             _stop_runs(cut, fault_step)
+        meta["fates"] = [f.to_dict() for f in classify(constraint_values(system, cut["x"]), t[:steps + 1], cut["x"],
+                                                       fault_step, {f["run"]: f["cause"] for f in faults})]
         return Trajectory(t=t[:steps + 1], metadata=meta, run_status=run_status, **cut)
 
+    bad = diverged(X)                    # a start beyond the divergence bound faults at step 0
+    for i in np.flatnonzero(bad).tolist():
+        faults.append(_fault(i, 0, 0.0, X[i]))
+    if bad.any():
+        fault_step[bad], alive[bad] = 0, False
+        if on_fault == "raise":
+            first = faults[0]["run"]
+            raise NonFiniteStateError(0, 0.0, X[first], first, finish(0))
+        X[bad] = X_init[bad] = 0.0       # a finite stand-in the batch calls handle
+
     for k in range(T):
+        if not alive.any():
+            break                         # nothing left to simulate (the record is blanked)
         t0 = time.perf_counter()
         seen = X if pert is None else pert.measured(X, k, every)
         u_nom = np.asarray(controller(seen), dtype=np.float64)
@@ -301,17 +327,14 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
             if order == 2:
                 rec["Lf2"][:, k], rec["LgLf"][:, k] = terms.Lf2, terms.LgLf
         xs[:, k + 1] = X
-        if not finite and not np.isfinite(X).all():
-            bad = ~np.isfinite(X).all(axis=1)
+        if not finite and (bad := diverged(X) & alive).any():
             for i in np.flatnonzero(bad).tolist():
-                faults.append(_fault(i, k + 1, float(t[k + 1]), X[i]))
+                faults.append(_fault(i, k + 1, float(t[k + 1]), X[i], u_now[i]))
             fault_step[bad] = k + 1
             alive &= ~bad
             if on_fault == "raise":
                 first = faults[0]["run"]
                 raise NonFiniteStateError(k + 1, t[k + 1], X[first], first, finish(k + 1))
-            if not alive.any():
-                break                     # nothing left to simulate (the record is blanked)
             X[bad] = X_init[bad]          # a finite stand-in the batch calls already handled
 
     if barrier is not None and alive.any():

@@ -6,11 +6,14 @@ slack, status and solve time belong to the T control steps (held on [t_k, t_{k+1
 ``traj[i]`` / ``traj.single()`` give B = 1 views; ``save``/``load`` use a plain .npz
 (allow_pickle=False) with the metadata stored as a JSON string.
 
-Faults: a run whose state becomes non-finite stops there while the others go on.
+Fates (cbfsim/fate.py, the one table): ``metadata["fates"]`` holds one record per run
+(``RunFate.to_dict``: completed, left_set or faulted, with the step and the state), read back
+by ``traj.fates`` and counted by ``traj.fate_counts()``. A faulted run -- its state became
+non-finite or diverged (|x_i| > fate.DIVERGENCE_BOUND) -- stops there while the others go on:
 ``run_status`` (B,) says how each run ended (``RunStatus``) and ``metadata["faults"]`` lists
-the stopped runs ({"run", "step", "time", "cause"}: the first control instant with a
-non-finite state). A stopped run keeps its record up to that instant (x there is the
-non-finite state the integrator produced); after it x, h and the per-step floats are NaN
+the stopped runs ({"run", "step", "time", "cause"}: the first such control instant; step 0
+for a start state beyond the bound). A stopped run keeps its record up to that instant (x
+there is the state the integrator produced); after it x, h and the per-step floats are NaN
 and the step status is ``STEP_NOT_RUN``.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from .barriers import ShapeError
+from .fate import RunFate, count, fates_of
 
 _OPTIONAL = ("Lf2", "LgLf", "run_status")
 STEP_NOT_RUN = -1   # step status of the steps after a run stopped (FilterStatus values are >= 0)
@@ -33,7 +37,8 @@ class RunStatus(IntEnum):
     """How one run of a batch ended (stored as int8 in ``Trajectory.run_status``)."""
 
     COMPLETED = 0         # every control step ran
-    NON_FINITE_STATE = 1  # the state became NaN/Inf; the run stopped there (metadata["faults"])
+    FAULTED = 1           # the state became non-finite or diverged; the run stopped there (metadata["faults"])
+    NON_FINITE_STATE = 1  # (the former name of FAULTED)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,15 @@ class Trajectory:
         """(B,) bool: the runs that ran every control step."""
         return self.run_status == RunStatus.COMPLETED
 
+    @property
+    def fates(self) -> list[RunFate]:
+        """Each run's fate (cbfsim/fate.py); empty when the producer recorded none."""
+        return fates_of(self.metadata.get("fates"))
+
+    def fate_counts(self) -> dict[str, int]:
+        """{fate: runs} over every fate of the table."""
+        return count(f.fate for f in self.fates)
+
     def __len__(self) -> int:
         return self.batch_size
 
@@ -104,6 +118,8 @@ class Trajectory:
         faults = [{**f, "run": new} for new, old in enumerate(picked)
                   for f in self.metadata.get("faults", []) if f["run"] == old]
         metadata = {**self.metadata, "faults": faults} if "faults" in self.metadata else self.metadata
+        if "fates" in self.metadata:
+            metadata = {**metadata, "fates": [self.metadata["fates"][i] for i in picked]}
         return replace(self, metadata=metadata, **{f.name: getattr(self, f.name)[sel] for f in fields(self)
                                                    if f.name not in ("t", "metadata")
                                                    and getattr(self, f.name) is not None})

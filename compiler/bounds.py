@@ -24,6 +24,11 @@ it (``Jets.rounding`` holds the final bounds). The bound, with u = 2^-24:
     (``bounds_activations.float32_error``: counted roundings and cppmath's ulp bounds, x2);
   * products of jets: (|x| + e_x)(|y| + e_y) - |x||y| propagated plus gamma_3 of the magnitude.
 Magnitudes |a| come from the real enclosures, so the bound tightens with the boxes.
+
+A periodic input embedding (``ir.Periodic``, first layer) is enclosed like an activation after
+a gather of the state's coordinates: ``compiler.bounds_periodic`` (enclosures of sin, cos and
+their derivatives over the box, and the float32 header's sin/cos error bound); grad and Hessian
+stay in the state's coordinates (B, n) and (B, n, n).
 """
 from __future__ import annotations
 
@@ -33,9 +38,10 @@ import numpy as np
 
 from .activations import ACTIVATIONS
 from .bounds_activations import THIRD_DERIVATIVE_BOUND, float32_error
+from .bounds_periodic import embedding_errors, enclose_embedding
 from .errors import SmoothnessError, UnsupportedOpError
 from .interval import Interval, as_interval, gamma, matmul
-from .ir import Activation, Affine, Dense, Model, validate
+from .ir import Activation, Affine, Dense, Model, Periodic, validate
 
 U32 = 2.0 ** -24
 TINY32 = 2.0 ** -149
@@ -46,6 +52,10 @@ ROUNDING_STATEMENT = (
     "float32 header: |computed - real| <= carried bound; state rounding u|x| + 2^-149, Dense "
     "gamma_{n+2}(|W|(|a|+e)+|b|) + |W|e, activations: input error x sup|sigma^(k+1)| + body error "
     "(cppmath ulp bounds), products gamma_3; u = 2^-24")
+
+
+PERIODIC_STATEMENT = ("; periodic embedding: argument |w||x|(3u+3u^2+u^3) + (3|w|+1)2^-149, m_sincos 2 ulp, "
+                      "phi' and phi'' with 3 and 5 roundings x2, +inf beyond the header's argument limit")
 
 
 class UnsupportedActivationError(UnsupportedOpError):
@@ -98,6 +108,16 @@ class _Errors:
         self.a = (U32 * box.mag + TINY32) * _UP
         self.t = np.zeros((batch, n, n)) if order >= 1 else None
         self.H = np.zeros((batch, n, n, n)) if order >= 2 else None
+
+    def periodic(self, layer: Periodic, box: Interval, src: np.ndarray) -> None:
+        """The embedding reads the state (exact seeds: t is the identity, H zero, on entry)."""
+        e_v, e_d1, e_d2 = embedding_errors(layer, box, 2 if self.H is not None else 1)
+        onehot = (np.arange(box.shape[1])[:, None] == src[None, :]).astype(float)   # (n, E): column j reads src_j
+        self.a = e_v
+        if self.t is not None:
+            self.t = onehot[None, :, :] * e_d1[:, None, :]
+        if self.H is not None:
+            self.H = onehot[None, :, None, :] * onehot[None, None, :, :] * e_d2[:, None, None, :]
 
     def dense(self, layer: Dense, a_in: Interval, t_in, H_in) -> None:
         aw = np.abs(layer.weight.T)
@@ -170,7 +190,20 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
     jumped = np.zeros(batch, dtype=bool)
     errors = _Errors(box, order) if float32 else None
     for layer in model.layers:
-        if isinstance(layer, Dense):
+        if isinstance(layer, Periodic):
+            src, value, d1, d2 = enclose_embedding(layer, a)
+            ac = enclose_embedding(layer, ac)[1]
+            if H is not None:
+                tt = t[:, :, None, src] * t[:, None, :, src]
+                H = d1[:, None, None, :] * H[:, :, :, src] + d2[:, None, None, :] * tt
+            if t is not None:
+                t = d1[:, None, :] * t[:, :, src]
+                if errors is not None:
+                    errors.periodic(layer, box, src)
+            elif errors is not None:
+                errors.a = embedding_errors(layer, box, 0)[0]
+            a = value
+        elif isinstance(layer, Dense):
             wt = layer.weight.T
             if errors is not None:
                 errors.dense(layer, a, t, H)
@@ -212,7 +245,8 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
     rounding = None
     if errors is not None:
         rounding = Rounding(errors.a[:, 0], errors.t[:, :, 0] if t is not None else None,
-                            errors.H[:, :, :, 0] if H is not None else None)
+                            errors.H[:, :, :, 0] if H is not None else None,
+                            ROUNDING_STATEMENT + (PERIODIC_STATEMENT if model.embedding is not None else ""))
         h = _widen(h, rounding.h)
         grad = _widen(grad, rounding.grad) if grad is not None else None
         hess = _widen(hess, rounding.hess) if hess is not None else None

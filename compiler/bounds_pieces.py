@@ -111,6 +111,10 @@ def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray
 def pieces(model: Model, box, max_unstable: int = 10) -> Pieces:
     """Every activation pattern that may occur in each box, as exact affine pieces."""
     validate(model, canonical=True)
+    if model.embedding is not None:
+        from .bounds import UnsupportedActivationError
+        raise UnsupportedActivationError("pieces needs a piecewise-linear network, but the periodic input embedding "
+                                         "(sin, cos) is not affine; use enclose")
     layers = model.layers
     regions = [_regions(layer) for layer in layers if isinstance(layer, Activation)]
     box = as_interval(box)

@@ -24,12 +24,13 @@ import json
 import logging
 import math
 import os
+import re
 import shutil
 import sys
 import tempfile
 import warnings
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 from .errors import CbfsimError
 
@@ -40,11 +41,90 @@ EXIT_INTERRUPTED = 130
 EXPECTED_ERRORS = (CbfsimError, OSError, json.JSONDecodeError, UnicodeDecodeError)
 
 
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` with every flag's default: ``(default: X)`` after a value flag's text unless the
+    text already says what the default is (a ``None`` default must: "default: the card's"),
+    ``(default: off)`` after a switch, ``(required)`` after a required flag."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS or "default" in text.lower():
+            return text
+        if action.required:
+            return text + " (required)"
+        if action.nargs == 0:                   # store_true / store_false / --x/--no-x switches
+            return text + (" (default: on)" if action.default is True else " (default: off)")
+        if action.default is None or action.default == []:
+            return text                         # nothing to show: the text must say it (tests check)
+        return text + " (default: %(default)s)"
+
+
 class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line usage errors (``PROG: error: MESSAGE (see PROG --help)``), exit 2."""
+    """argparse with one-line usage errors (``PROG: error: MESSAGE (see PROG --help)``), exit 2,
+    defaults shown in ``--help`` (``HelpFormatter``), and number-list flags (``NumberList``)
+    that take ``-2,-2``, ``-2 -2`` and ``=-2,-2`` alike."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:  # type: ignore[override]
         self.exit(EXIT_USAGE, f"{self.prog}: error: {one_line(message)} (see {self.prog} --help)\n")
+
+    def parse_known_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                         namespace: argparse.Namespace | None = None) -> tuple[argparse.Namespace, list[str]]:
+        args = sys.argv[1:] if args is None else list(args)
+        flags = {s for a in self._actions if isinstance(a, NumberList) for s in a.option_strings}
+        return super().parse_known_args(join_number_lists(args, flags), namespace)
+
+
+# ---------------------------------------------------------------- number lists: --domain-lo -2,-2
+# argparse reads a word that starts with '-' as a flag unless it is ONE plain negative number, so
+# ``--domain-lo -2,-2`` (or ``-1e-3``) stops with "expected one argument". A list flag's values
+# are therefore joined onto the flag (``--domain-lo=-2,-2``) before argparse sees them.
+_NUMBER = r"\s*[+-]?(?:\d+\.?\d*(?:[eE][+-]?\d+)?|\.\d+(?:[eE][+-]?\d+)?|nan|inf|infinity)\s*"
+_NUMBERS = re.compile(rf"{_NUMBER}(?:,{_NUMBER})*,?", re.IGNORECASE)
+
+
+def join_number_lists(argv: Sequence[str], flags: set[str]) -> list[str]:
+    """``argv`` with each list flag's number words joined onto it: ``--x0 -1 0.5`` and
+    ``--x0 -1,0.5`` both become ``--x0=-1,0.5``; words that are not numbers are left alone
+    (so argparse names them in its error). Stops at ``--``."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        word = argv[i]
+        if word == "--":
+            return out + list(argv[i:])
+        flag, eq, first = word.partition("=")
+        if flag in flags:
+            values = [first] if eq else []
+            i += 1
+            while i < len(argv) and _NUMBERS.fullmatch(argv[i]):
+                values.append(argv[i].strip().rstrip(","))
+                i += 1
+            out.append(f"{flag}={','.join(values)}" if values or eq else flag)
+            continue
+        out.append(word)
+        i += 1
+    return out
+
+
+class NumberList(argparse.Action):
+    """A flag taking one list of numbers, written ``-2,-2``, ``-2 -2`` or ``=-2,-2`` (the
+    ``type`` parses the joined text, e.g. ``float_list``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, values)
+
+
+class NumberListAppend(NumberList):
+    """A repeatable ``NumberList``: each use adds one list (``--x0 0 1 --x0 0.5 1``)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest, None) or []), values])
 
 
 def one_line(text: str) -> str:
@@ -64,6 +144,13 @@ def describe(exc: BaseException) -> str:
     return one_line(str(exc)) or type(exc).__name__
 
 
+def without_prefix(message: str, prog: str) -> str:
+    """``message`` without a leading ``simulate: `` when the program is ``cbfsim simulate``: the
+    line names the command once (``cbfsim simulate: error: x0 ...``, not ``...: error: simulate: x0``)."""
+    command = prog.split()[-1] if prog.split() else prog
+    return message[len(command) + 2:] if message.startswith(f"{command}: ") else message
+
+
 def run(prog: str, command: Callable[[], int], *, debug: bool = False) -> int:
     """``command()``'s exit code, or 1 with one line on stderr for an expected error."""
     try:
@@ -71,7 +158,7 @@ def run(prog: str, command: Callable[[], int], *, debug: bool = False) -> int:
     except EXPECTED_ERRORS as exc:
         if debug:
             raise
-        print(f"{prog}: error: {describe(exc)}", file=sys.stderr)
+        print(f"{prog}: error: {without_prefix(describe(exc), prog)}", file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         if debug:
@@ -160,6 +247,25 @@ def positive_int(text: str) -> int:
 def nonnegative_int(text: str) -> int:
     """An integer >= 0 (seeds: numpy refuses negative ones)."""
     return _integer_at_least(text, 0)
+
+
+def float_list(text: str) -> list[float]:
+    """Finite numbers separated by commas (``-2,-2,-3.14``); see ``NumberList``."""
+    values = [v for v in text.split(",") if v.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError("expected numbers separated by commas, e.g. -2,-2")
+    return [finite_float(v.strip()) for v in values]
+
+
+def int_list(text: str) -> list[int]:
+    """Integers separated by commas (``64,64``); see ``NumberList``."""
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected integers separated by commas, e.g. 64,64")
+    return values
 
 
 def assignment(text: str) -> tuple[str, float]:

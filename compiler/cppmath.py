@@ -9,7 +9,8 @@ is a pure function of ``scalar``.
 
 Public functions (T = the scalar), each ``inline T f(T x) noexcept``: m_exp, m_expm1,
 m_log1p, m_tanh, m_erf, m_sin, m_cos, m_sqrt, m_atan, and ``inline T m_atan2(T y, T x)
-noexcept``. Internal helpers are prefixed ``mx_``.
+noexcept``, ``inline void m_sincos(T x, T& s, T& c) noexcept`` (both of one angle from one
+reduction, bit-identical to m_sin and m_cos). Internal helpers are prefixed ``mx_``.
 ``functions`` names the ones wanted (e.g. ["expm1"]); the text then carries those, the ones
 they call (tanh needs expm1, erf needs exp) and the small mx_ helpers, nothing else.
 
@@ -128,7 +129,7 @@ from string import Template
 __all__ = ["MATH_FUNCTIONS", "math_source"]
 
 # In the order the text defines them; each calls only functions listed before it.
-MATH_FUNCTIONS = ("exp", "expm1", "log1p", "tanh", "erf", "sin", "cos", "sqrt", "atan", "atan2")
+MATH_FUNCTIONS = ("exp", "expm1", "log1p", "tanh", "erf", "sin", "cos", "sincos", "sqrt", "atan", "atan2")
 _CALLS = {"tanh": ("expm1",), "erf": ("exp",), "atan2": ("atan",)}
 
 
@@ -406,6 +407,19 @@ $TRIG_REDUCE\
     const $T v = mx_select((q & 1u) != 0u, sn, cs);
     const $T res = mx_real(mx_bits(v) ^ (((q + 1u) & 2u) << $SIGN_SHIFT));
     return mx_select(in_range, res, mx_real($QNAN));
+}
+
+// s = sin(x), c = cos(x) from one reduction: the bits of m_sin(x) and m_cos(x) (the periodic
+// input embedding evaluates both of one angle).
+inline void m_sincos($T x, $T& s, $T& c) noexcept {
+$TRIG_REDUCE\
+    const bool odd = (q & 1u) != 0u;
+    const $T vs = mx_select(odd, cs, sn);
+    const $T vc = mx_select(odd, sn, cs);
+    const $T rs = mx_real(mx_bits(vs) ^ ((q & 2u) << $SIGN_SHIFT));
+    const $T rc = mx_real(mx_bits(vc) ^ (((q + 1u) & 2u) << $SIGN_SHIFT));
+    s = mx_select(in_range, mx_select(x == $ZERO, x, rs), mx_real($QNAN));
+    c = mx_select(in_range, rc, mx_real($QNAN));
 }
 
 // sqrt(x), IEEE correctly rounded. Needs -fno-math-errno to avoid a libm call for x < 0.

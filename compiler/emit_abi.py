@@ -89,7 +89,7 @@ def f64_entry_fits(report: CostReport, fn: str) -> bool:
     it is not emitted, and the binding sends single states through the batch entry)."""
     if report.workspace_bytes > STACK_WORKSPACE_BYTES:
         return False
-    n, m = report.widths[0], report.m
+    n, m = report.state_dim or report.widths[0], report.m     # the state, not the embedded width
     scalars = 2 * n + n * m + 2 + m if fn == "lie" else 3 * n + 2 * n * m + 3 + 2 * m   # inputs + outputs
     return scalars * report.scalar_bytes <= STACK_WORKSPACE_BYTES
 

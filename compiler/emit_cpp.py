@@ -15,9 +15,10 @@ from typing import Callable
 import numpy as np
 
 from . import __version__
-from .cost import LAYOUTS, CostReport, channels_for, cost_report, workspace_span
+from .cost import LAYOUTS, CostReport, channels_for, cost_report, embedded_span, workspace_span
 from .cpp_activations import activation_body, literal, math_functions
 from .cppmath import MATH_FUNCTIONS, math_source
+from .emit_periodic import tables as periodic_tables
 from .identifiers import check_identifier, include_guard, sanitize_identifier
 from .ir import Model, validate
 from .passes import require_smooth
@@ -88,15 +89,21 @@ class Plan:
 
 
 def _plan_sweep(widths: list[int], channels: int, activation: Callable[[int, str, str], str], seed_expr: str,
-                target: str) -> Plan:
+                target: str, embed: Callable[[str], str] | None = None) -> Plan:
     """Alternate stored layer outputs between the front and the back of one buffer of size
     channels * workspace_span(widths): a layer's input and output never overlap. The last
     hidden layer is fused with the output layer (dense_fused) and stores nothing.
-    ``activation(layer, width, pointer)`` gives the activation call of hidden layer ``layer``."""
-    span = channels * workspace_span(widths)
+    ``activation(layer, width, pointer)`` gives the activation call of hidden layer ``layer``.
+    ``embed(pointer)``: the call that forms the periodic embedding's seed there (channels x n_0,
+    beside layer 1's output: cost.embedded_span), which layer 1 then reads instead of the seed."""
     d = len(widths) - 1
+    span = channels * (embedded_span(widths) if embed else workspace_span(widths))
     steps: list[str] = []
     in_offset = None
+    if embed is not None:
+        e_offset = channels * widths[1] if d >= 3 else 0
+        steps.append(embed(f"w + {e_offset}"))
+        seed_expr = f"detail::Channels<{widths[0]}>{{w + {e_offset}}}"
 
     def source(i: int) -> str:
         return seed_expr if i == 1 else f"detail::Channels<{widths[i - 1]}>{{w + {in_offset}}}"
@@ -125,9 +132,20 @@ def _plan_sweep(widths: list[int], channels: int, activation: Callable[[int, str
     return Plan(steps, span)
 
 
-def _entry_steps(widths: list[int], m: int, order: int, layout: str) -> tuple[list[str], int]:
-    """The body of lie() (order 1) or lie2() (order 2) after the input check, and its workspace."""
+def _entry_steps(widths: list[int], m: int, order: int, layout: str, n: int = 0, k: int = 0
+                 ) -> tuple[list[str], int]:
+    """The body of lie() (order 1) or lie2() (order 2) after the input check, and its workspace.
+    k > 0: the model starts with a periodic embedding of k of the n state coordinates; its sin
+    and cos are computed once per state into the last 2k workspace scalars (before any
+    direction loop), and each sweep forms the embedded seed from them."""
     channels = channels_for(m, order, layout)
+    embed = None
+    if k:
+        kernel_call = (f"embed1<{n}, {widths[0]}, {channels}>" if order == 1 else
+                       f"embed2<{n}, {widths[0]}, {m}>" if layout == "sweep" else f"embed_pair<{n}, {widths[0]}>")
+        # J's offset is known once the plan is: the placeholder is filled in below
+        embed = lambda dest: (f"detail::{kernel_call}(seed, detail::kPeriodicSlot, detail::kFrequency, "  # noqa: E731
+                              f"w + @J@, {dest});")
     if order == 1:
         act = lambda i, n, ptr: f"detail::activate<{n}, {channels}, detail::Act{i}>({ptr});"  # noqa: E731
     elif layout == "sweep":
@@ -142,9 +160,11 @@ def _entry_steps(widths: list[int], m: int, order: int, layout: str) -> tuple[li
                 "    return c == 0 ? x[k] : c == 1 ? f[k] : c < kInputDim + 2 ? G[k * kInputDim + (c - 2)]",
                 "         : c == kInputDim + 2 ? Dff[k] : DfG[k * kInputDim + (c - kInputDim - 3)];",
                 "};")
-        plan = _plan_sweep(widths, channels, act, "seed", "out")
-        return ["scalar* const w = ws.data;", "(void)w;", *seed, *plan.steps], plan.workspace_scalars
-    plan = _plan_sweep(widths, channels, act, "seed", "res")
+        plan = _plan_sweep(widths, channels, act, "seed", "out", embed)
+        trig, total = _trig(plan, k)
+        return ["scalar* const w = ws.data;", "(void)w;", *trig, *seed, *_fill(plan.steps, plan, k)], total
+    plan = _plan_sweep(widths, channels, act, "seed", "res", embed)
+    trig, total = _trig(plan, k)
     if order == 1:
         # direction d = 0 is f, d = j + 1 is column j of G; the real path is recomputed each time
         head = ["for (int d = 0; d <= kInputDim; ++d) {",
@@ -165,8 +185,21 @@ def _entry_steps(widths: list[int], m: int, order: int, layout: str) -> tuple[li
         tail = ["    if (p == 0) {", "        out[0] = res[0];", "        out[1] = res[1];",
                 "        out[kInputDim + 2] = res[3];", "    } else {", "        out[1 + p] = res[2];",
                 "        out[kInputDim + 2 + p] = res[3];", "    }", "}"]
-    body = head + ["    " + line for line in plan.steps] + tail
-    return ["scalar* const w = ws.data;", "(void)w;", *body], plan.workspace_scalars
+    body = head + ["    " + line for line in _fill(plan.steps, plan, k)] + tail
+    return ["scalar* const w = ws.data;", "(void)w;", *trig, *body], total
+
+
+def _trig(plan: Plan, k: int) -> tuple[list[str], int]:
+    """The once-per-state sin/cos of the periodic embedding (after the plan's buffer) and the
+    total workspace."""
+    if not k:
+        return [], plan.workspace_scalars
+    return ([f"detail::embed_trig<{k}>(x, detail::kPeriodicIndex, detail::kFrequency, w + {plan.workspace_scalars});"],
+            plan.workspace_scalars + 2 * k)
+
+
+def _fill(steps: list[str], plan: Plan, k: int) -> list[str]:
+    return [line.replace("@J@", str(plan.workspace_scalars)) for line in steps] if k else steps
 
 
 def _activation_structs(model: Model, options: EmitOptions) -> list[str]:
@@ -192,7 +225,8 @@ def _indent(lines: list[str], spaces: int) -> str:
 def header_math(model: Model, options: EmitOptions) -> list[str]:
     """The math functions the header carries: those its activation bodies call, plus options.math."""
     acts = [(a.kind, dict(a.params)) for a in model.hidden_activations()]
-    return sorted(math_functions(acts, options.order) | set(options.math))
+    embedding = {"sincos"} if model.embedding is not None else set()
+    return sorted(math_functions(acts, options.order) | embedding | set(options.math))
 
 
 def _banner(name: str, model: Model, options: EmitOptions, report: CostReport, guard: str) -> list[str]:
@@ -204,6 +238,9 @@ def _banner(name: str, model: Model, options: EmitOptions, report: CostReport, g
            "// layer maps the real part and all tangents in one sweep, and the tangents leave as",
            "// L_f h = dh(x) f(x) and L_G h = dh(x) G(x) with no truncation error. Order 2 adds the",
            "// hyper-dual eps12 channels seeded with f'(x) f and f'(x) G_j, giving L_f^2 h and L_G L_f h.",
+           *(["// The network reads wrapped coordinates through a periodic embedding (sin, cos of each),",
+              "// evaluated once per state and carried through all channels by the chain rule."]
+             if model.embedding is not None else []),
            "// No heap, no recursion, no exceptions, no standard library beyond <cstddef>/<cstdint>.",
            "//"]
     out += ["// " + line for line in report.lines()]
@@ -219,6 +256,8 @@ def _constants(model: Model, options: EmitOptions, report: CostReport, workspace
            f"constexpr int kLieOutputs = {2 + m};       // lie():  h, L_f h, L_G h[m]"]
     if options.order == 2:
         out.append(f"constexpr int kLie2Outputs = {3 + 2 * m};      // lie2(): h, L_f h, L_G h[m], L_f^2 h, L_G L_f h[m]")
+    if model.embedding is not None:
+        out.append(f"constexpr int kEmbeddedDim = {model.embedded_dim};     // n_0: the periodic embedding's output")
     return out + [f"// workspace: {report.workspace_formula} scalars",
                   f"constexpr std::size_t kWorkspaceScalars = {workspace};",
                   "constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);",
@@ -235,6 +274,8 @@ def _detail(model: Model, options: EmitOptions) -> list[str]:
            "\n" + kernel("layers.hpp").rstrip()]
     if options.order == 2:
         out.append("\n" + kernel("activate2_sweep.hpp" if options.layout == "sweep" else "activate2_pair.hpp").rstrip())
+    if model.embedding is not None:
+        out += ["\n" + kernel("periodic.hpp").rstrip(), "", *periodic_tables(model, options.scalar)]
     out += ["", *_activation_structs(model, options), "", *_weights(model, options.scalar), "",
             "}  // namespace detail"]
     return out
@@ -249,17 +290,20 @@ def _weights(model: Model, scalar: str) -> list[str]:
     return out
 
 
-def input_check(order: int, scalar: str) -> list[str]:
-    """The start of an entry's body: all outputs NaN and status 1 if any input is NaN or Inf
-    (shared with compiler/emit_reverse.py's baselines)."""
+def input_check(order: int, scalar: str, periodic: bool = False) -> list[str]:
+    """The start of an entry's body: all outputs NaN and status 1 if any input is NaN or Inf,
+    or (``periodic``) a wrapped coordinate is beyond m_sincos' exact range (shared with
+    compiler/emit_reverse.py's baselines)."""
     nan = '__builtin_nanf("")' if scalar == "float" else '__builtin_nan("")'
+    x_ok = "detail::all_finite(x, kStateDim) && detail::periodic_in_range(x)" if periodic else \
+        "detail::all_finite(x, kStateDim)"
     if order == 1:
-        return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+        return [f"    if (!({x_ok} && detail::all_finite(f, kStateDim) &&",
                 "          detail::all_finite(G, kStateDim * kInputDim))) {",
                 f"        for (int i = 0; i < kLieOutputs; ++i) out[i] = {nan};",
                 "        return 1;",
                 "    }"]
-    return ["    if (!(detail::all_finite(x, kStateDim) && detail::all_finite(f, kStateDim) &&",
+    return [f"    if (!({x_ok} && detail::all_finite(f, kStateDim) &&",
             "          detail::all_finite(G, kStateDim * kInputDim) && detail::all_finite(Dff, kStateDim) &&",
             "          detail::all_finite(DfG, kStateDim * kInputDim))) {",
             f"        for (int i = 0; i < kLie2Outputs; ++i) out[i] = {nan};",
@@ -267,12 +311,13 @@ def input_check(order: int, scalar: str) -> list[str]:
             "    }"]
 
 
-def _entries(options: EmitOptions, steps1: list[str], steps2: list[str]) -> list[str]:
+def _entries(options: EmitOptions, steps1: list[str], steps2: list[str], periodic: bool = False) -> list[str]:
     """lie() (and lie2() for order 2), each with and without a caller-provided Workspace."""
+    beyond = " or a periodic coordinate is beyond detail::periodic_in_range" if periodic else ""
     out = ["// h, L_f h, L_G h at x, given f = f(x) (n) and G = G(x) (n x m, row-major).",
-           "// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.",
+           f"// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf{beyond}.",
            "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out, Workspace& ws) noexcept {",
-           *input_check(1, options.scalar),
+           *input_check(1, options.scalar, periodic),
            *("    " + line for line in steps1),
            "    return 0;",
            "}",
@@ -284,10 +329,11 @@ def _entries(options: EmitOptions, steps1: list[str], steps2: list[str]) -> list
         out += ["",
                 "// Everything for a relative-degree-2 barrier in one hyper-dual sweep, given also",
                 "// Dff = f'(x) f(x) (n) and DfG = f'(x) G(x) (n x m, row-major).",
-                "// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input.",
+                "// out = [h, L_f h, L_G h_1..m, L_f^2 h, L_G L_f h_1..m]. Returns 0, or 1 (out all NaN) on NaN/Inf input"
+                f"{beyond}.",
                 "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
                 "                scalar* out, Workspace& ws) noexcept {",
-                *input_check(2, options.scalar),
+                *input_check(2, options.scalar, periodic),
                 *("    " + line for line in steps2),
                 "    return 0;",
                 "}",
@@ -308,8 +354,9 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     name = check_identifier(model.name)
     report = cost_report(model, options.inputs, options.order, 4 if options.scalar == "float" else 8, options.layout)
     widths = model.widths()
-    steps1, ws1 = _entry_steps(widths, options.inputs, 1, options.layout)
-    steps2, ws2 = _entry_steps(widths, options.inputs, 2, options.layout) if options.order == 2 else ([], 0)
+    n, k = model.input_dim, len(model.embedding.periods) if model.embedding is not None else 0
+    steps1, ws1 = _entry_steps(widths, options.inputs, 1, options.layout, n, k)
+    steps2, ws2 = _entry_steps(widths, options.inputs, 2, options.layout, n, k) if options.order == 2 else ([], 0)
     workspace = max(ws1, ws2)
     if workspace != report.workspace_scalars:   # the plan and the reported formula must agree
         raise AssertionError(f"workspace plan {workspace} != reported {report.workspace_scalars}")
@@ -317,7 +364,7 @@ def emit_header(model: Model, options: EmitOptions) -> tuple[str, CostReport]:
     out = [*_banner(name, model, options, report, guard),
            f"namespace {name} {{", "", *_constants(model, options, report, workspace), "",
            *_detail(model, options), "",
-           *_entries(options, steps1, steps2), "",
+           *_entries(options, steps1, steps2, model.embedding is not None), "",
            f"}}  // namespace {name}", "", f"#endif  // {guard}", ""]
     return "\n".join(out), report
 

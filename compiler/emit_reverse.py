@@ -23,7 +23,8 @@ Two styles (paper Remark "static reverse"):
   ahead of time for a fixed topology.
 
 In both styles the transient vectors (the layer being computed in the forward pass, delta
-in the backward pass) are two stack arrays of max_i n_i scalars (``kStackScalars``).
+in the backward pass) are two stack arrays of max_i n_i scalars (``kStackScalars``); a periodic
+input embedding adds the embedded input and its gradient (n_0 each) and its sin/cos (2k).
 
 Numerics: the forward pass sums each output in the order bias, k = 0..In-1, exactly as the
 dual header's real path, with the same activation code, so h is bit-identical to the dual
@@ -51,10 +52,11 @@ from dataclasses import replace
 import numpy as np
 
 from . import __version__
-from .cost import cost_report
+from .cost import SINCOS_FLOPS, cost_report
 from .cpp_activations import activation_body, literal
 from .cppmath import math_source
-from .emit_cpp import input_check
+from .emit_cpp import input_check, kernel
+from .emit_periodic import tables as periodic_tables
 from .identifiers import check_identifier, include_guard, sanitize_identifier
 from .ir import validate
 from .passes import canonicalize, require_smooth
@@ -69,15 +71,19 @@ def fd_default_step(scalar: str) -> float:
     return float(eps ** (1.0 / 3.0))
 
 
-def reverse_flops(widths: list[int], c_sigma: list[int], m: int, order: int = 1) -> int:
+def reverse_flops(widths: list[int], c_sigma: list[int], m: int, order: int = 1, state_dim: int | None = None,
+                  periodic: int = 0) -> int:
     """FLOPs of this header's ``lie`` (order 1: paper Remark 5, C_ad + (m+1)(2n-1)) or
     ``lie2`` (order 2, Reverse+FD): 3 C_ad (gradients at x, x + t f, x - t f)
     + (m+1)(2n-1) (L_f h, L_G h) + 4n (x +- t f) + 2n + 3 (the step t and (g+ - g-) / 2t)
-    + (m+1)(4n-1) (f . Hf + g . Dff and G_j . Hf + g . DfG_j)."""
+    + (m+1)(4n-1) (f . Hf + g . Dff and G_j . Hf + g . DfG_j).
+    A periodic embedding of ``periodic`` = k coordinates (n_0 = n + k) adds to every gradient
+    k (1 + 55 + 4): w x and m_sincos forward, w (c g_sin - s g_cos) backward."""
     d = len(widths) - 1
     c_f = sum(2 * widths[i] * widths[i - 1] for i in range(1, d + 1)) + sum(widths[1:d])
     c_ad = 2 * c_f + sum(c * widths[i + 1] for i, c in enumerate(c_sigma)) - sum(widths[0:d])
-    n = widths[0]
+    c_ad += periodic * (1 + SINCOS_FLOPS + 4)
+    n = widths[0] if state_dim is None else state_dim
     if order == 1:
         return c_ad + (m + 1) * (2 * n - 1)
     return 3 * c_ad + (m + 1) * (2 * n - 1) + 4 * n + 2 * n + 3 + (m + 1) * (4 * n - 1)
@@ -135,6 +141,39 @@ inline void backward(const scalar* __restrict wt, const scalar* __restrict t, sc
 """
 
 
+# The periodic embedding in the baseline: forward (values) and backward (chain rule to the state).
+_EMBED_REVERSE = r"""
+// embed_forward: e = the embedded state (@E@ columns), sc = sin, cos of each wrapped coordinate.
+inline void embed_forward(const scalar* __restrict x, scalar* __restrict sc, scalar* __restrict e) noexcept {
+    embed_trig<@K@>(x, kPeriodicIndex, kFrequency, sc);
+    int j = 0;
+    for (int i = 0; i < @N@; ++i) {
+        const int q = kPeriodicSlot[i];
+        if (q < 0) {
+            e[j++] = x[i];
+        } else {
+            e[j++] = sc[2 * q];
+            e[j++] = sc[2 * q + 1];
+        }
+    }
+}
+
+// embed_backward: grad_i = ge_j (passed through) or w (c ge_sin - s ge_cos) (wrapped).
+inline void embed_backward(const scalar* __restrict sc, const scalar* __restrict ge, scalar* __restrict grad) noexcept {
+    int j = 0;
+    for (int i = 0; i < @N@; ++i) {
+        const int q = kPeriodicSlot[i];
+        if (q < 0) {
+            grad[i] = ge[j++];
+        } else {
+            grad[i] = kFrequency[q] * (sc[2 * q + 1] * ge[j] - sc[2 * q] * ge[j + 1]);
+            j += 2;
+        }
+    }
+}
+"""
+
+
 def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "float", name: str | None = None,
                         order: int = 1, fd_step: float | None = None) -> str:
     """Header text of the reverse-mode baseline ``NAME::lie`` (and, for order 2, the
@@ -171,8 +210,10 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
     report = cost_report(model, m, 1, 4 if scalar == "float" else 8)
     from .activations import ACTIVATIONS
     c_sigma = [ACTIVATIONS[a.kind].c_sigma for a in acts]
-    flops1 = reverse_flops(widths, c_sigma, m, 1)
-    flops2 = reverse_flops(widths, c_sigma, m, 2) if order == 2 else None
+    emb = model.embedding
+    k = len(emb.periods) if emb is not None else 0
+    flops1 = reverse_flops(widths, c_sigma, m, 1, n, k)
+    flops2 = reverse_flops(widths, c_sigma, m, 2, n, k) if order == 2 else None
 
     out: list[str] = []
     guard = include_guard(name, prefix="CBFSIM_REVERSE_")
@@ -187,8 +228,9 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
             ("// evaluation, like an AD runtime (g_heap_bytes_per_call counts the bytes)."
              if heap else "// no allocation call site."),
             "//",
-            f"// network {'-'.join(map(str, widths))}, m = {m}; activation cache sum_i n_i = {cache} scalars "
-            f"(Prop. 3(i)); transient stack 2 x {max_hidden} scalars",
+            f"// network {model.describe_widths()}, m = {m}; activation cache sum_i n_i = {cache} scalars "
+            f"(Prop. 3(i)); transient stack 2 x {max_hidden}"
+            + (f" + 2 x {widths[0]} + {2 * k} (embedding)" if k else "") + " scalars",
             f"// FLOPs  lie: C_ad + (m+1)(2n-1) = {flops1}"
             + (f"   lie2 (Reverse+FD): 3 C_ad + ... = {flops2}" if order == 2 else ""),
             f"// (dual header for comparison: (m+1) C_df = {report.paper_dual_total})"]
@@ -207,7 +249,8 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
     out += [f'constexpr const char* kStyle = "{style}";',
             f"constexpr std::size_t kCacheScalars = {cache};   // activation cache, sum of hidden widths",
             "constexpr std::size_t kCacheBytes = kCacheScalars * sizeof(scalar);",
-            f"constexpr std::size_t kStackScalars = {2 * max_hidden};   // transient layer / delta vectors (stack)",
+            f"constexpr std::size_t kStackScalars = {2 * max_hidden + (2 * widths[0] + 2 * k if k else 0)};"
+            "   // transient layer / delta vectors (stack)",
             "// static scratch memory (the dual header's kWorkspaceBytes counterpart)",
             f"constexpr std::size_t kWorkspaceScalars = {0 if heap else cache};",
             "constexpr std::size_t kWorkspaceBytes = kWorkspaceScalars * sizeof(scalar);",
@@ -220,6 +263,10 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
                 "inline std::size_t g_heap_allocs_per_call = 0;"]
     out += ["", "namespace detail {", "", math_source(scalar).strip("\n"),
             _TEMPLATES.replace("@LANES@", str(LANES)).rstrip(), ""]
+    if k:
+        out += [kernel("periodic.hpp").rstrip(), "", *periodic_tables(model, scalar), "",
+                _EMBED_REVERSE.replace("@N@", str(n)).replace("@E@", str(widths[0])).replace("@K@", str(k)).rstrip(),
+                ""]
     for i, act in enumerate(acts, start=1):
         body = "\n".join("        " + s for s in activation_body(act.kind, dict(act.params), scalar, 1))
         out += [f"// hidden layer {i}: {act.kind}{dict(act.params) if act.params else ''}",
@@ -250,17 +297,24 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
             g.append(f"    scalar* const c{i} = g_cache{i};")
     if hidden:
         g += [f"    scalar u[{max_hidden}];", f"    scalar v[{max_hidden}];"]
+    src = "x"
+    if k:        # the periodic embedding: e = (x with each wrapped x_i -> sin, cos), its sin/cos kept in sc
+        g += [f"    scalar sc[{2 * k}];", f"    scalar e[{widths[0]}];", "    embed_forward(x, sc, e);"]
+        src = "e"
     # forward through the hidden layers, alternating u / v
     bufs = ["u", "v"]
-    src = "x"
     for i in range(1, d):
         dst = bufs[(i - 1) % 2]
         g.append(f"    forward<{widths[i - 1]}, {widths[i]}, Act{i}>({src}, kW{i}, kB{i}, {dst}, c{i});")
         src = dst
     # last layer (one output): h = b + sum_k w_k in_k, in the dual header's order
     g += [f"    scalar h = kB{d}[0];", f"    for (int k = 0; k < {widths[d - 1]}; ++k) h += kW{d}[k] * {src}[k];"]
+    grad_e = "grad"
+    if k:
+        g.append(f"    scalar ge[{widths[0]}];")
+        grad_e = "ge"
     if d == 1:
-        g.append(f"    for (int k = 0; k < {n}; ++k) grad[k] = kW1[k];")
+        g.append(f"    for (int k = 0; k < {widths[0]}; ++k) {grad_e}[k] = kW1[k];")
     else:
         # t_{d-1} = diag(sigma') W_d^T (delta_d = 1); then delta_{i-1} = W_i^T t_i, t_{i-1} = sigma' * delta_{i-1}
         t = bufs[(d - 1) % 2]           # the buffer not holding the last hidden output
@@ -270,7 +324,9 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
             g += [f"    backward<{widths[i - 1]}, {widths[i]}>(kW{i}, {t}, {other});",
                   f"    for (int k = 0; k < {widths[i - 1]}; ++k) {other}[k] *= c{i - 1}[k];"]
             t = other
-        g.append(f"    backward<{n}, {widths[1]}>(kW1, {t}, grad);")
+        g.append(f"    backward<{widths[0]}, {widths[1]}>(kW1, {t}, {grad_e});")
+    if k:
+        g.append("    embed_backward(sc, ge, grad);")
     if heap:
         for i in range(len(hidden), 0, -1):
             g.append(f"    delete[] c{i};")
@@ -283,7 +339,7 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
             "// out = [h, L_f h, L_G h_1..m]. Returns 0, or 1 with out all NaN if any input is NaN/Inf.",
             "inline int lie(const scalar* x, const scalar* f, const scalar* G, scalar* out) noexcept {",
             *reset,
-            *input_check(1, scalar),
+            *input_check(1, scalar, bool(k)),
             "    scalar grad[kStateDim];",
             "    out[0] = detail::gradient(x, grad);",
             f"    scalar lf = {L(0)};",
@@ -305,7 +361,7 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
                 "inline int lie2(const scalar* x, const scalar* f, const scalar* G, const scalar* Dff, const scalar* DfG,",
                 "                scalar* out) noexcept {",
                 *reset,
-                *input_check(2, scalar),
+                *input_check(2, scalar, bool(k)),
                 "    scalar grad[kStateDim], hf[kStateDim];",
                 "    out[0] = detail::gradient(x, grad);",
                 f"    scalar xs = {L(1)}, fs = {L(0)};",

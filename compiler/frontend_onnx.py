@@ -19,6 +19,8 @@ Conventions, documented because they are choices:
   which never switches to the identity. The legacy exporter drops PyTorch's threshold
   (it emits only ``Mul -> Softplus -> Div``): such a file computes log(1+exp(beta x))/beta
   everywhere and is loaded as such. The dynamo exporter keeps it (``Greater``/``Where``).
+* A periodic input embedding (Slice, Mul, Sin, Cos, Concat from ``compiler.periodic``) is read
+  from the first segment only (``onnx_periodic``); Sin or Cos anywhere else is refused.
 * Activation parameters stored as float32 (attributes, scalar constants) are read back as
   the shortest decimal that rounds to them, e.g. 0.699999988 -> 0.7, which is what the
   PyTorch module held; weights and affine constants are used exactly as stored.
@@ -39,6 +41,7 @@ from .ir import Activation, Affine, Dense, Layer, Model, validate
 from .limits import DEFAULT_LIMITS, Limits, elements
 from .onnx_graph import FLOAT_TYPES, Expr, Graph, attrs, broadcast, label, load_model, only_x, shape_of
 from .onnx_shapes import MergeRows, Result, State, reshape_template
+from .onnx_periodic import TRIG_OPS, periodic_segment
 from .passes import repeat_per_row
 
 SOFTPLUS_NO_THRESHOLD = 1e30   # plain ONNX Softplus: never switch to the identity
@@ -47,9 +50,10 @@ REL_TOL = 2.0 ** -20           # "equal to within float32 precision" for pattern
 
 SUPPORTED = ("Gemm, MatMul (+Add bias), Identity, Dropout (inference), Cast (float), row-preserving "
              "Reshape/Flatten/Squeeze/Unsqueeze, Relu, LeakyRelu, PRelu (one slope), Clip, Elu, Tanh, Sigmoid, "
-             "Softplus, Gelu, BatchNormalization (inference), Add/Sub/Mul/Div/Neg by constants, and the "
-             "exporter patterns of SiLU, GELU (erf and tanh forms) and Softplus(beta, threshold)")
-KNOWN_OPS = frozenset({"Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Neg", "Pow", "Reshape", "Flatten",
+             "Softplus, Gelu, BatchNormalization (inference), Add/Sub/Mul/Div/Neg by constants, the "
+             "exporter patterns of SiLU, GELU (erf and tanh forms) and Softplus(beta, threshold), and the periodic "
+             "input embedding (Slice, Sin, Cos, Concat) as the first layer")
+KNOWN_OPS = frozenset({"Sin", "Cos", "Slice", "Concat", "Gemm", "MatMul", "Add", "Sub", "Mul", "Div", "Neg", "Pow", "Reshape", "Flatten",
                        "Squeeze", "Unsqueeze", "Identity", "Dropout", "Cast", "CastLike", "Relu", "LeakyRelu",
                        "PRelu", "Clip", "Elu", "Tanh", "Sigmoid", "Softplus", "Gelu", "Erf", "Greater", "Less",
                        "Where", "BatchNormalization"})
@@ -107,6 +111,14 @@ def _convert(g: Graph, start: State) -> tuple[list[Layer], State, int]:
     segs = g.segments()
     best: list[Optional[tuple[int, list[Layer], State]]] = [None] * (len(segs) + 1)
     best[0] = (0, [], start)
+    embedded = periodic_segment(g, segs[0], start) if segs else None
+    if embedded is not None:
+        best[0], best[1] = None, (1, [embedded[0]], embedded[1])
+    for seg in segs[1:]:
+        trig = next((g.nodes[i] for i in seg.nodes if g.nodes[i].op_type in TRIG_OPS), None)
+        if trig is not None:
+            raise UnsupportedOpError(f"{label(trig)}: Sin and Cos are supported only in the periodic input "
+                                     "embedding, the first layer (compiler.periodic.PeriodicEmbedding)")
     for i in range(len(segs)):
         if best[i] is None:
             continue

@@ -10,11 +10,11 @@ import numpy as np
 
 from .activations import ACTIVATIONS
 from .errors import ShapeError, UnsupportedOpError
-from .ir import Activation, Affine, Dense, Layer, Model, validate
+from .ir import Activation, Affine, Dense, Layer, Model, Periodic, validate
 from .limits import DEFAULT_LIMITS, Limits, elements
 from .passes import repeat_per_row
 
-SUPPORTED = ("Linear, ReLU, LeakyReLU, Hardtanh, ELU, Tanh, Sigmoid, Softplus, SiLU, GELU, "
+SUPPORTED = ("PeriodicEmbedding (compiler.periodic; first layer only), Linear, ReLU, LeakyReLU, Hardtanh, ELU, Tanh, Sigmoid, Softplus, SiLU, GELU, "
              "Identity, Flatten, Dropout, BatchNorm1d (eval mode), nested Sequential")
 
 
@@ -36,9 +36,25 @@ def _flatten(module, prefix: str):
         yield prefix or type(module).__name__, module
 
 
+def _periodic(where: str, module) -> Periodic:
+    """The IR of a ``compiler.periodic.PeriodicEmbedding`` (its own class, not a subclass)."""
+    from .periodic import PeriodicEmbedding, check_periods
+    if type(module) is not PeriodicEmbedding:
+        raise UnsupportedOpError(f"{where}: a subclass of PeriodicEmbedding may compute something else; "
+                                 "use compiler.periodic.periodic_embedding")
+    try:
+        periods = check_periods(module.n, module.periods)
+    except ValueError as exc:
+        raise UnsupportedOpError(f"{where}: {exc}") from None
+    return Periodic(tuple(periods.items()), int(module.n), origin=where)
+
+
 def _convert(name: str, module) -> list[Layer]:
     import torch.nn as nn
+    from .periodic import is_periodic_embedding
     where = f"{name} ({type(module).__name__})"
+    if is_periodic_embedding(module):
+        return [_periodic(where, module)]
     if isinstance(module, nn.Linear):
         bias = _array(module.bias) if module.bias is not None else np.zeros(module.out_features)
         return [Dense(_array(module.weight), bias, origin=where)]
@@ -80,11 +96,19 @@ def load_torch(module, name: str | None = None, input_dim: int | None = None,
     if not isinstance(module, nn.Module):
         raise UnsupportedOpError(f"expected a torch.nn.Module, got {type(module).__name__}")
     shape = None if state_shape is None else _checked_state_shape(state_shape, input_dim)
+    from .periodic import is_periodic_embedding
     layers: list[Layer] = []
     for qualified, leaf in _flatten(module, ""):
         if not isinstance(module, nn.Sequential) and leaf is module and not isinstance(leaf, nn.Linear):
             raise UnsupportedOpError(f"{type(module).__name__}: only nn.Sequential models (or a single Linear) "
                                      f"can be compiled; supported layers: {SUPPORTED}")
+        if is_periodic_embedding(leaf):
+            if layers:
+                raise UnsupportedOpError(f"{qualified} (PeriodicEmbedding): the periodic embedding must be the "
+                                         f"first layer (it reads the state), but it follows {layers[-1].origin}")
+            if shape is not None and len(shape) > 1:
+                raise UnsupportedOpError(f"{qualified} (PeriodicEmbedding): a periodic embedding needs a vector "
+                                         f"state, not state_shape {shape}")
         if shape is None:
             layers.extend(_convert(qualified, leaf))
         elif isinstance(leaf, nn.Flatten):
@@ -95,8 +119,9 @@ def load_torch(module, name: str | None = None, input_dim: int | None = None,
     dense = [layer for layer in layers if isinstance(layer, Dense)]
     if not dense:
         raise ShapeError("the model has no Linear layer, so its input dimension is unknown")
+    first = layers[0] if isinstance(layers[0], Periodic) else None
     width = elements(state_shape) if state_shape is not None else input_dim if input_dim is not None \
-        else dense[0].in_dim
+        else first.in_dim if first is not None else dense[0].in_dim
     return validate(Model(tuple(layers), width, name=name or "model", source=type(module).__name__))
 
 
@@ -127,6 +152,10 @@ def _per_row(layers: list[Layer], shape: tuple[int, ...], leaf, limits: Limits) 
         raise UnsupportedOpError(f"{layers[0].origin}: BatchNorm1d before the Flatten of a state of shape {shape} "
                                  "normalises axis 1, not the features; place it after the Flatten")
     for layer in layers:
+        if isinstance(layer, Periodic):
+            if layer.in_dim != shape[-1]:
+                raise ShapeError(f"{layer.origin}: embeds {layer.in_dim} coordinates but the state has {shape[-1]}")
+            shape = shape[:-1] + (layer.out_dim,)
         if isinstance(layer, Dense):
             if layer.in_dim != shape[-1]:
                 raise ShapeError(f"{layer.origin}: expects {layer.in_dim} inputs but the state's last axis has "

@@ -28,9 +28,12 @@ class Limits:
 
 
 _UNITS = {"max_folded_elements": "elements", "max_weights": "weights", "max_workspace_bytes": "bytes"}
-_HELP = {"max_folded_elements": "elements of constants computed by folding, in total",
-         "max_weights": "weights and biases of the network (also per merged or block-diagonal layer)",
-         "max_workspace_bytes": "bytes of the header's Workspace"}
+_HELP = {"max_folded_elements": "elements of constants computed by folding, in total; raise it only for a "
+                                "trusted model that needs more",
+         "max_weights": "weights and biases of the network (also per merged or block-diagonal layer); raise it "
+                        "only for a trusted model that needs more",
+         "max_workspace_bytes": "bytes of the header's Workspace; lower it to refuse networks too big for "
+                                "your device's RAM"}
 DEFAULT_LIMITS = Limits()
 
 

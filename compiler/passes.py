@@ -1,5 +1,6 @@
 """Rewrites that bring any frontend's IR into the emitter's canonical form
-Dense (Activation Dense)*. Each pass is exact algebra; ``validate`` runs after each."""
+(Periodic)? Dense (Activation Dense)*. Each pass is exact algebra; ``validate`` runs after each.
+A periodic embedding stays the first layer and is never folded (it is not affine)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,12 +9,14 @@ import numpy as np
 
 from .errors import SmoothnessError, UnsupportedOpError
 from .activations import ACTIVATIONS
-from .ir import Activation, Affine, Dense, Layer, Model, validate
+from .ir import Activation, Affine, Dense, Layer, Model, Periodic, validate
 from .limits import DEFAULT_LIMITS, Limits
 
 
 def drop_identities(model: Model) -> Model:
-    layers = tuple(l for l in model.layers if not (isinstance(l, Activation) and l.kind == "identity"))
+    """Identity activations, and a periodic embedding with no periodic coordinate, compute nothing."""
+    layers = tuple(l for l in model.layers if not (isinstance(l, Activation) and l.kind == "identity")
+                   and not (isinstance(l, Periodic) and not l.periods))
     return validate(replace(model, layers=layers))
 
 
@@ -38,6 +41,9 @@ def fold_affine(model: Model) -> Model:
                 layers[i - 1:i + 1] = [merged]
             elif after is None and before is None:
                 raise UnsupportedOpError(f"{layer.origin}: a network that is only an elementwise affine map")
+            elif isinstance(before, Periodic):
+                raise UnsupportedOpError(f"{layer.origin}: an elementwise affine map after the periodic embedding "
+                                         "must be followed by a Linear layer to be folded")
             else:
                 raise UnsupportedOpError(
                     f"{layer.origin}: an elementwise affine map between two activations cannot be folded "
@@ -69,6 +75,9 @@ def repeat_per_row(layers: list[Layer], rows: int, limits: Limits = DEFAULT_LIMI
         return list(layers)
     out: list[Layer] = []
     for layer in layers:
+        if isinstance(layer, Periodic):
+            raise UnsupportedOpError(f"{layer.origin or 'the periodic embedding'}: a periodic embedding needs a "
+                                     f"vector state, not {rows} rows")
         if isinstance(layer, Dense):
             limits.check("max_weights", rows * rows * layer.weight.size,
                          f"{layer.origin} applied to each of the {rows} rows of the state")
@@ -83,11 +92,11 @@ def canonicalize(model: Model, limits: Limits = DEFAULT_LIMITS) -> Model:
     """Identity removal, Affine folding, Dense merging; then check the canonical form and its size."""
     model = merge_dense(fold_affine(drop_identities(model)), limits)
     limits.check("max_weights", sum(d.weight.size + d.bias.size for d in model.dense_layers()),
-                 f"the network {model.name!r} ({'-'.join(map(str, model.widths()))})")
-    layers = model.layers
+                 f"the network {model.name!r} ({model.describe_widths()})")
+    layers = model.layers[1:] if model.embedding is not None else model.layers
     if layers and isinstance(layers[0], Activation):
         raise UnsupportedOpError(f"{layers[0].origin}: the network starts with an activation; "
-                                 "the first layer must be Linear")
+                                 "the first layer must be Linear (after the periodic embedding, if any)")
     return validate(model, canonical=True)
 
 

@@ -5,6 +5,11 @@ directions at once); ``second_order`` propagates the hyper-dual numbers of the p
 Theorem 4 with the shared eps1 = f seed: x + f eps1 + w_k eps2 + u_k eps12 for K second
 directions (w_k, u_k) = (f, f'(x) f) and (G_j, f'(x) G_j). All functions are batched
 over a leading dimension B.
+
+A periodic embedding (``ir.Periodic``) acts like an activation after a gather: embedded column
+j reads state coordinate src_j through phi_j = identity, sin(w .) or cos(w .), so its value is
+phi_j(x_i), its tangents phi_j'(x_i) t_i and its eps12 parts phi_j''(x_i) t1_i t2_i + phi_j'(x_i) u_i
+(sin: w cos, -w^2 sin; cos: -w sin, -w^2 cos).
 """
 from __future__ import annotations
 
@@ -13,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .activations import evaluate
-from .ir import Activation, Affine, Dense, Model
+from .ir import Activation, Affine, Dense, Model, Periodic
 
 
 def _as_batch(x: np.ndarray, n: int, what: str) -> np.ndarray:
@@ -25,11 +30,29 @@ def _as_batch(x: np.ndarray, n: int, what: str) -> np.ndarray:
     return x
 
 
+def embed(layer: Periodic, a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(source coordinate per column (E,), phi, phi', phi'' at a[:, source] (B, E) each)."""
+    cols = layer.columns()
+    src = np.array([i for i, _ in cols], dtype=np.intp)
+    freq = layer.frequencies()
+    xs = a[:, src]
+    w = np.array([freq.get(i, 0.0) for i, _ in cols])
+    s, c = np.sin(w * xs), np.cos(w * xs)
+    kind = np.array([k for _, k in cols])
+    is_sin, is_cos = kind == "sin", kind == "cos"
+    v = np.where(is_sin, s, np.where(is_cos, c, xs))
+    d1 = np.where(is_sin, w * c, np.where(is_cos, -w * s, 1.0))
+    d2 = np.where(is_sin, -w * w * s, np.where(is_cos, -w * w * c, 0.0))
+    return src, v, d1, d2
+
+
 def value(model: Model, x: np.ndarray) -> np.ndarray:
     """h(x) for a batch of states, shape (B,)."""
     a = _as_batch(x, model.input_dim, "x")
     for layer in model.layers:
-        if isinstance(layer, Dense):
+        if isinstance(layer, Periodic):
+            a = embed(layer, a)[1]
+        elif isinstance(layer, Dense):
             a = a @ layer.weight.T + layer.bias
         elif isinstance(layer, Affine):
             a = a * layer.scale + layer.shift
@@ -49,7 +72,10 @@ def first_order(model: Model, x: np.ndarray, directions: np.ndarray) -> FirstOrd
     a = _as_batch(x, model.input_dim, "x")
     t = np.asarray(directions, dtype=np.float64).reshape(a.shape[0], model.input_dim, -1)
     for layer in model.layers:
-        if isinstance(layer, Dense):
+        if isinstance(layer, Periodic):
+            src, a, d1, _ = embed(layer, a)
+            t = t[:, src, :] * d1[:, :, None]
+        elif isinstance(layer, Dense):
             a = a @ layer.weight.T + layer.bias
             t = np.einsum("oi,bik->bok", layer.weight, t)
         elif isinstance(layer, Affine):
@@ -80,7 +106,13 @@ def second_order(model: Model, x: np.ndarray, v1: np.ndarray, w: np.ndarray, u: 
     t2 = np.asarray(w, dtype=np.float64).reshape(batch, n, -1)
     t12 = np.asarray(u, dtype=np.float64).reshape(batch, n, -1)
     for layer in model.layers:
-        if isinstance(layer, Dense):
+        if isinstance(layer, Periodic):
+            src, a, d1, d2 = embed(layer, a)
+            t1, t2, t12 = t1[:, src], t2[:, src, :], t12[:, src, :]
+            t12 = d2[:, :, None] * t1[:, :, None] * t2 + d1[:, :, None] * t12
+            t2 = t2 * d1[:, :, None]
+            t1 = t1 * d1
+        elif isinstance(layer, Dense):
             a = a @ layer.weight.T + layer.bias
             t1 = t1 @ layer.weight.T
             t2 = np.einsum("oi,bik->bok", layer.weight, t2)

@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bicycle import SPEC as BICYCLE  # noqa: E402
 from vdp import SPEC as VDP  # noqa: E402
 
+from cbfsim.fate import summary_text  # noqa: E402
 from cbfsim.robustness import Study, plot_study, run_study  # noqa: E402
 
 STUDIES = [
@@ -39,10 +40,12 @@ def main(argv=None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     plot_study(rows, args.out / "violation.png")
     (args.out / "summary.json").write_text(json.dumps({"runs_per_setting": runs, "rows": rows}, indent=2) + "\n")
-    print(f"{'model':8s} {'kind':12s} {'level':>6s} {'filter':8s} {'margin':>7s} {'violations':>11s}  95% interval")
+    print(f"{'model':8s} {'kind':12s} {'level':>6s} {'filter':8s} {'margin':>7s} {'violations':>11s}  95% interval"
+          f"  fates")
     for r in rows:
         print(f"{r['model']:8s} {r['kind']:12s} {r['level']:6.3g} {r['filter']:8s} {r['margin']:7.3g} "
-              f"{r['violations']:5d}/{r['runs']:<5d}  [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]")
+              f"{r['violations']:5d}/{r['runs']:<5d}  [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]  "
+              f"{summary_text(r['fates'])}")
     print(f"figure and summary.json in {args.out}/")
     return 0
 

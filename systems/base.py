@@ -25,6 +25,8 @@ from .periodic import PeriodicCoordinateError, checked_periods, wrap_states
 
 from compiler.errors import CbfsimError
 
+from .definition_errors import BRANCH_FIX, SYMPY_FIX, field_error, raised_in_define
+
 if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
     import torch
 
@@ -323,38 +325,91 @@ class ControlAffineSystem:
         if clash:
             raise ValueError(f"parameter names {sorted(clash)} clash with state names")
         self.p_sym: dict[str, sp.Symbol] = {k: sp.Symbol(k, real=True) for k in names}
-        # the generic model, in parameter symbols (for documentation / papers)
-        self.symbolic: Definition = self.define(self.x_sym, SimpleNamespace(**self.p_sym))
+        # the generic model, in parameter symbols (for documentation / papers); a mistake in
+        # define() is reported naming the plant, the field and the fix (definition_errors.py)
+        cls = type(self)
+        try:
+            self.symbolic: Definition = self.define(self.x_sym, SimpleNamespace(**self.p_sym))
+        except CbfsimError:
+            raise
+        except Exception as exc:                # noqa: BLE001  any mistake in the user's define()
+            raise raised_in_define(cls, exc) from exc
+        if not isinstance(self.symbolic, Definition):
+            raise field_error(cls, "return value", f"got {type(self.symbolic).__name__}",
+                              "return systems.base.Definition(f=..., G=..., constraint=..., u_min=..., u_max=..., "
+                              "domain=..., nominal=...)")
         values = {self.p_sym[k]: _sympify_param(getattr(params, k)) for k in names}
+        allowed = set(self.x_sym)
 
-        def sub(e: Any) -> sp.Expr:
-            return sp.sympify(e).xreplace(values)
+        def sub(e: Any, field: str, symbols: set = allowed) -> sp.Expr:
+            try:
+                expr = sp.sympify(e).xreplace(values)
+            except (sp.SympifyError, TypeError, ValueError, AttributeError) as exc:
+                raise field_error(cls, field, f"{e!r} is not an expression ({' '.join(str(exc).split())})",
+                                  SYMPY_FIX) from None
+            if not isinstance(expr, sp.Expr):
+                raise field_error(cls, field, f"{e!r} is not a number-valued expression", BRANCH_FIX)
+            extra = expr.free_symbols - symbols
+            if extra:
+                raise field_error(cls, field, f"unknown symbols {sorted(map(str, extra))} in {expr}",
+                                  f"use the states x = ({', '.join(self.state_names)}) and the parameters p."
+                                  + (" (bounds and the domain may use parameters only)" if not symbols else ""))
+            return expr
+
+        def entries(seq: Any, k: int, field: str, shape: str) -> list[Any]:
+            if isinstance(seq, (str, bytes)) or not hasattr(seq, "__len__") or len(seq) != k:
+                got = len(seq) if hasattr(seq, "__len__") and not isinstance(seq, (str, bytes)) else None
+                raise field_error(cls, field, f"expected {shape}, got " + (f"{got} entries" if got is not None
+                                                                           else repr(seq)))
+            return list(seq)
 
         d = self.symbolic
-        self.f_expr = sp.Matrix(n, 1, [sub(e) for e in d.f])
-        rows = [list(r) for r in d.G]
-        if len(rows) != n or any(len(r) != m for r in rows):
-            raise ValueError(f"G must be {n} x {m}")
-        self.G_expr = sp.Matrix(n, m, [sub(e) for r in rows for e in r])
-        self.constraint_expr = sub(d.constraint)
+        nm = f"n = {n} state{'s' if n != 1 else ''} ({', '.join(self.state_names)})"
+        mm = f"m = {m} input{'s' if m != 1 else ''} ({', '.join(self.input_names)})"
+        f_entries = entries(d.f, n, "f", f"a list of n entries, {nm}")
+        self.f_expr = sp.Matrix(n, 1, [sub(e, f"f[{i}]") for i, e in enumerate(f_entries)])
+        g_shape = f"G is a list of n rows of m entries ({nm}; {mm}), e.g. G=[{', '.join(['[' + ', '.join(['0'] * m) + ']'] * n)}]"
+        flat = not isinstance(d.G, (str, bytes)) and hasattr(d.G, "__len__") and len(d.G) > 0 \
+            and not any(hasattr(r, "__len__") for r in d.G)
+        if flat:                                # G=[0, 0, 1]: the rows' brackets left out
+            hint = ", ".join("[" + ", ".join(map(str, list(d.G)[i * m:(i + 1) * m])) + "]" for i in range(n)) \
+                if len(d.G) == n * m else None
+            raise field_error(cls, "G", f"got a flat list {list(d.G)!r}",
+                              g_shape if hint is None else f"G is a list of n rows of m entries ({nm}; {mm}): "
+                                                           f"G=[{hint}]")
+        rows = entries(d.G, n, "G", g_shape)
+        for i, r in enumerate(rows):
+            if isinstance(r, (str, bytes)) or not hasattr(r, "__len__") or len(r) != m:
+                raise field_error(cls, f"G[{i}]", f"expected a row of m = {m} entries, got {r!r}", g_shape)
+        self.G_expr = sp.Matrix(n, m, [sub(e, f"G[{i}][{j}]") for i, r in enumerate(rows) for j, e in enumerate(r)])
+        if isinstance(d.constraint, (list, tuple)) or (hasattr(d.constraint, "shape") and getattr(d.constraint, "shape", ())):
+            raise field_error(cls, "constraint", f"expected one expression (>= 0 on the safe set), got {d.constraint!r}",
+                              "the constraint is one expression, >= 0 inside the safe set; for several, train "
+                              "one barrier per constraint (one plant class each)")
+        self.constraint_expr = sub(d.constraint, "constraint")
         self.jacobian_expr = self.f_expr.jacobian(sp.Matrix(self.x_sym))
 
         def numbers(seq: Sequence[Any], k: int, what: str) -> np.ndarray:
-            vals = [sub(e) for e in seq]
-            if len(vals) != k or any(v.free_symbols for v in vals):
-                raise ValueError(f"{what} must be {k} numbers in the parameters")
+            vals = [sub(e, f"{what}[{i}]", set()) for i, e in enumerate(entries(seq, k, what, f"{k} numbers"))]
             return np.array([float(v) for v in vals], dtype=np.float64)
 
         self._u_min = numbers(d.u_min, m, "u_min")
         self._u_max = numbers(d.u_max, m, "u_max")
         if not np.all(self._u_min <= self._u_max):
-            raise ValueError(f"u_min {self._u_min} exceeds u_max {self._u_max}")
-        self._domain = (numbers(d.domain[0], n, "domain lo"), numbers(d.domain[1], n, "domain hi"))
-        self.nominals: dict[str, Controller] = {
-            k: Controller(k, self.x_sym, [sub(e) for e in u]) for k, u in d.nominal.items()}
-        for k, c in self.nominals.items():
-            if c.m != m:
-                raise ValueError(f"nominal {k!r} has {c.m} outputs, expected {m}")
+            raise field_error(cls, "u_min", f"{self._u_min} exceeds u_max {self._u_max}")
+        domain = entries(d.domain, 2, "domain", "(lo, hi), two lists of n numbers")
+        self._domain = (numbers(domain[0], n, "domain[0]"), numbers(domain[1], n, "domain[1]"))
+        if not isinstance(d.nominal, Mapping):
+            raise field_error(cls, "nominal", f"expected a dict name -> m entries, got {type(d.nominal).__name__}",
+                              "e.g. nominal={'zero': [0] * m}")
+        self.nominals: dict[str, Controller] = {}
+        for k, u in d.nominal.items():
+            field = f"nominal[{k!r}]"
+            exprs = [sub(e, f"{field}[{j}]") for j, e in enumerate(entries(u, m, field, f"a list of m entries, {mm}"))]
+            try:
+                self.nominals[k] = Controller(k, self.x_sym, exprs)
+            except ValueError as exc:
+                raise field_error(cls, field, str(exc)) from None
 
         self._f = _Field(list(self.f_expr), self.x_sym, (n,))
         self._G = _Field(list(self.G_expr), self.x_sym, (n, m))

@@ -206,7 +206,7 @@ def test_command_line_exit_codes_certificate_and_one_line_errors(diamond, tmp_pa
     assert ok.returncode == 0, ok.stderr
     data = json.loads(out.read_text())
     assert data["certified"] is True and data["margin"] == MARGIN and data["dt"] == 0.01
-    assert set(data["conditions"]) == {"containment", "feasibility", "sampled_data"}
+    assert set(data["conditions"]) == {"containment", "feasibility", "sampled_data", "closure"}
     limited = _cli(str(onnx), str(card), "--dt", "0.01", "--time-limit", "0")
     assert limited.returncode == 3 and "NOT CERTIFIED" in limited.stdout
     # the wrong card: a bicycle card for a Van der Pol network

@@ -581,7 +581,7 @@ TAIL = head()[0]
           {"flat": np.array([-1], np.int64)}, in_shape=("N", 3)),
      ShapeError, r"Reshape node.*reshapes \(None, 3\) to \(None,\)"),
     (_bad([MM, helper.make_node("Sin", ["h"], ["t"]), helper.make_node("MatMul", ["t", "w41"], ["y"])], {}),
-     UnsupportedOpError, r"Sin node producing 't': op Sin is not supported"),
+     UnsupportedOpError, r"Sin node producing 't': Sin and Cos are supported only in the periodic input embedding"),
     (_bad([MM, helper.make_node("Frob", ["h"], ["t"], domain="my.ops"),
            helper.make_node("MatMul", ["t", "w41"], ["y"])], {}, domains=["my.ops"]), UnsupportedOpError,
      r"domain 'my\.ops'"),

@@ -34,7 +34,7 @@ def test_each_kernel_header_compiles_on_its_own(kernel, cxx):
 
 
 def test_kernels_are_package_data_and_inlined_whole():
-    assert KERNELS == ["activate2_pair.hpp", "activate2_sweep.hpp", "layers.hpp"]
+    assert KERNELS == ["activate2_pair.hpp", "activate2_sweep.hpp", "layers.hpp", "periodic.hpp"]
     header = compile_model(mlp([2, 4, 1], "tanh", seed=0), inputs=1, order=2, name="k").header
     assert "#include" not in header.split("namespace k {")[1]   # one self-contained file
     assert "template <int N, int M, typename Act>\ninline void activate2(" in header

@@ -256,11 +256,44 @@ def test_a_failed_run_is_diagnosed_with_knobs_that_exist_as_flags() -> None:
     assert any(line.startswith("containment fails") for line in lines)
     assert diagnose({"condition_failures": 0, "containment_failures": 0, "coverage": 0.5},
                     {"condition_failures": 0, "containment_failures": 0, "n_region": 10}, ["x1", "x2"]) == []
-    flags = {opt for action in build_parser()._subparsers._group_actions[0].choices["train"]._actions
+    flags = {opt: action.dest for action in build_parser()._subparsers._group_actions[0].choices["train"]._actions
              for opt in action.option_strings}
-    for advice in (k for knobs in KNOBS.values() for k in knobs):
-        for flag in (w.rstrip(",:") for w in advice.split() if w.startswith("--")):
-            assert flag.split("/")[0] in flags, f"advice names a flag that does not exist: {flag}"
+    import dataclasses
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    for knob in (k for knobs in KNOBS.values() for k in knobs):
+        for flag in knob.flag.split("/"):
+            assert flag in flags, f"advice names a flag that does not exist: {flag}"
+        assert knob.field in fields, f"advice reads a config field that does not exist: {knob.field}"
+
+
+def test_the_diagnosis_reads_the_runs_config_and_never_suggests_what_is_set() -> None:
+    """A softplus run with --label-lost is not told to use softplus or --label-lost (the issue's
+    complaint); a knob to raise comes with its next value and the current one."""
+    import dataclasses
+    from training.diagnose import diagnose
+    check = {"condition_failures": 12, "containment_failures": 3, "coverage": 0.4}
+    cfg = dataclasses.asdict(TrainConfig(system="cart", activation="softplus", label_lost=True, w_condition=10.0,
+                                         safe_fraction=0.3, gamma=2.0))
+    text = "\n".join(diagnose(check, None, ["p", "v"], cfg))
+    assert "--activation" not in text and "--label-lost" not in text
+    assert "--w-condition 100 (now 10)" in text and "--gamma 4 (now 2)" in text
+    assert "--safe-fraction 0.5 (now 0.3): label FEWER states safe" in text
+    assert "--alpha1" not in text                                   # an order-1 run
+    relu = dataclasses.asdict(TrainConfig(system="cart"))
+    text = "\n".join(diagnose(check, None, ["p", "v"], relu))
+    assert "--activation softplus (or tanh; now relu)" in text and "--label-lost" in text
+    at_top = dataclasses.asdict(TrainConfig(system="cart", safe_fraction=0.9))
+    assert "--safe-fraction" not in "\n".join(diagnose(check, None, ["p", "v"], at_top))
+
+
+def test_an_empty_set_is_told_to_label_more_states_safe_not_fewer() -> None:
+    import dataclasses
+    from training.diagnose import diagnose
+    cfg = dataclasses.asdict(TrainConfig(system="cart", safe_fraction=0.3))
+    lines = diagnose({"condition_failures": 5, "containment_failures": 0, "coverage": 0.0}, None, ["p", "v"], cfg)
+    safe = [line for line in lines if "--safe-fraction" in line]
+    assert safe == ["  try --safe-fraction 0.15 (now 0.3): label MORE states safe (a lower threshold on the backup "
+                    "rollout's constraint)"]
 
 
 def test_a_margin_scale_scales_the_trained_and_checked_condition_margin_and_a_negative_one_is_refused():

@@ -20,24 +20,14 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-from compiler.cli_errors import (OneLineParser, add_common_flags, check_can_create, assignment, finite_float, positive_float,
-                                 positive_int, nonnegative_float, nonnegative_int, run_parsed)
+from compiler.cli_errors import (NumberList, OneLineParser, add_common_flags, check_can_create, assignment, finite_float,
+                                 float_list, int_list, positive_float, positive_int, nonnegative_float, nonnegative_int,
+                                 run_parsed)
 
 log = logging.getLogger("training")
 
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
              check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
-
-
-def _floats(text: str) -> list[float]:
-    return [finite_float(v) for v in text.split(",") if v.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected integers separated by commas, got {text!r}") from None
 
 
 SMOKE_PASSED = 4
@@ -50,76 +40,130 @@ _EXPLICIT = {"system": "system", "params": "param", "hidden": "widths", "activat
 
 
 def _field_comments() -> dict[str, str]:
-    """TrainConfig's trailing field comments, used as the generated flags' help."""
+    """TrainConfig's trailing field comments: the help of a field training/flag_help.py lacks."""
     from .config import TrainConfig
     found = re.findall(r"^\s+(\w+):[^#\n]*#\s*(.+)$", inspect.getsource(TrainConfig), flags=re.M)
     return {name: text.strip() for name, text in found}
 
 
-def _add_config_flags(parser: argparse.ArgumentParser) -> None:
-    """One flag per TrainConfig field that has no hand-written flag, typed from the field."""
+def field_default(name: str) -> str:
+    """TrainConfig's default of field ``name`` as --help shows it (a run without --preset or
+    --config starts from these)."""
     from .config import TrainConfig
+    f = next(f for f in dataclasses.fields(TrainConfig) if f.name == name)
+    value = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default  # type: ignore[misc]
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) if value else "none"
+    return "none" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def _default(name: str, meaning: str | None = None) -> str:
+    """" (default: X)" for a TrainConfig field, ``meaning`` replacing X where None means "the system's"."""
+    return f" (default: {meaning or field_default(name)})"
+
+
+def _add_config_flags(parser: argparse.ArgumentParser) -> None:
+    """One flag per TrainConfig field that has no hand-written flag, typed from the field; the
+    help from training/flag_help.py, else the field's comment."""
+    from .config import TrainConfig
+    from .flag_help import FIELD_HELP
     comments = _field_comments()
-    group = parser.add_argument_group("every other TrainConfig field")
+    group = parser.add_argument_group("every other TrainConfig field (docs/training.md explains them)")
     for f in dataclasses.fields(TrainConfig):
         if f.name in _EXPLICIT:
             continue
         flag, kind = "--" + f.name.replace("_", "-"), str(f.type)
-        help_text = comments.get(f.name, f.name.replace("_", " "))
+        text = FIELD_HELP.get(f.name) or comments.get(f.name, f.name.replace("_", " "))
+        help_text = text if "default" in text.lower() else text + _default(f.name)
         if kind == "bool":
             group.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
         elif kind.startswith("list[int]"):
-            group.add_argument(flag, type=_ints, metavar="I,J,...", help=help_text)
+            group.add_argument(flag, action=NumberList, type=int_list, metavar="I,J,...", help=help_text)
         elif kind.startswith("list[float]"):
-            group.add_argument(flag, type=_floats, metavar="X1,X2,...", help=help_text)
+            group.add_argument(flag, action=NumberList, type=float_list, metavar="X1,X2,...", help=help_text)
         elif kind in ("int", "float"):
-            group.add_argument(flag, type=int if kind == "int" else finite_float, help=help_text)
+            group.add_argument(flag, type=int if kind == "int" else finite_float, metavar=kind.upper(),
+                               help=help_text)
         else:
             raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
+
+
+TRAIN_HELP = """Counterexample-guided training of a neural CBF (docs/training.md).  Starts from --preset, or
+--config (a JSON TrainConfig), or the defaults shown; a flag given overrides it.  Writes OUT/model.onnx,
+OUT/state_dict.pt, OUT/model.json and OUT/training_curves.png atomically.  A list takes commas or
+spaces: --domain-lo -2,-2,-3.14 or --domain-lo -2 -2 -3.14."""
 
 
 def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=prog,
         description="Train and verify neural control barrier functions for the plants in systems/.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,verify,presets}")
 
     t = sub.add_parser("train", help="train a barrier, verify the compiled model, write model.onnx/json",
-                       description="Counterexample-guided training of a neural CBF.  Starts from --preset or "
-                                   "--config (JSON TrainConfig) or defaults; any flag given overrides it.  "
-                                   "Writes OUT/model.onnx, OUT/state_dict.pt and OUT/model.json atomically.")
-    t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum or dubins")
-    t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig")
-    t.add_argument("--system", help="plant name from systems (van_der_pol, bicycle, inverted_pendulum, acc, "
-                                    "unicycle, double_integrator)")
+                       description=TRAIN_HELP)
+    t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum or dubins (default: none)")
+    t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")
+    t.add_argument("--system", help="the plant: a built-in name (van_der_pol, bicycle, inverted_pendulum, acc, "
+                                    "unicycle, double_integrator, dubins) or an import path module:Class of your own "
+                                    "(default: the preset's or config's)")
     t.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
-                   help="override a system parameter (repeatable), e.g. --param mu=1.5")
-    t.add_argument("--widths", type=_ints, metavar="W1,W2,...", help="hidden layer widths, e.g. 64,64")
-    t.add_argument("--activation", help="relu, softplus, tanh, ... (order 2 needs a smooth one)")
-    t.add_argument("--order", type=int, choices=(1, 2), help="1: CBF; 2: HOCBF (needs L_G h == 0: use --input-mask)")
-    t.add_argument("--gamma", type=float, help="order 1 class-K gain: alpha(h) = gamma h")
-    t.add_argument("--alpha1", type=float, help="order 2: psi1 = L_f h + alpha1 h")
-    t.add_argument("--alpha2", type=float, help="order 2: d/dt psi1 >= -alpha2 psi1")
-    t.add_argument("--input-mask", type=_ints, metavar="I,J,...", help="state indices the network sees")
-    t.add_argument("--domain-lo", type=_floats, metavar="X1,X2,...", help="training box lower corner")
-    t.add_argument("--domain-hi", type=_floats, metavar="X1,X2,...", help="training box upper corner")
-    t.add_argument("--u-min", type=_floats, help="input lower bounds (default: the system's)")
-    t.add_argument("--u-max", type=_floats, help="input upper bounds (default: the system's)")
-    t.add_argument("--rounds", type=positive_int, help="maximum counterexample rounds")
-    t.add_argument("--max-time", type=positive_float, help="wall-clock budget for the rounds [s]")
-    t.add_argument("--seed", type=nonnegative_int, help="seed for torch and numpy")
+                   help="override one plant parameter, e.g. --param mu=1.5; repeat for more (default: the "
+                        "plant's Params)")
+    t.add_argument("--widths", action=NumberList, type=int_list, metavar="W1,W2,...",
+                   help="hidden layer widths; wider or deeper fits a more complex safe set, and trains and "
+                        "certifies slower" + _default("hidden"))
+    t.add_argument("--activation", help="hidden activation: relu, softplus, tanh, silu, ...; choose a smooth one "
+                                        "(softplus, tanh) for order 2 and for certification at a control period"
+                   + _default("activation"))
+    t.add_argument("--order", type=int, choices=(1, 2),
+                   help="1: a CBF, the input acts on dh/dt; 2: a HOCBF for a barrier the input reaches only "
+                        "through d2h/dt2 (needs L_G h == 0: use --input-mask)" + _default("order"))
+    t.add_argument("--gamma", type=float, help="order 1 class-K gain, alpha(h) = gamma h; raise it to let h "
+                                               "fall faster towards 0, so the input is asked for less"
+                   + _default("gamma"))
+    t.add_argument("--alpha1", type=float, help="order 2: psi1 = L_f h + alpha1 h; raise it to let h approach "
+                                                "0 faster" + _default("alpha1"))
+    t.add_argument("--alpha2", type=float, help="order 2: d/dt psi1 >= -alpha2 psi1; raise it to let psi1 "
+                                                "approach 0 faster" + _default("alpha2"))
+    t.add_argument("--input-mask", action=NumberList, type=int_list, metavar="I,J,...",
+                   help="state indices the network reads (0-based); leave out the input-driven states for "
+                        "order 2" + _default("input_mask", "every state"))
+    t.add_argument("--domain-lo", action=NumberList, type=float_list, metavar="X1,X2,...",
+                   help="lower corner of the training and verification box, one number per state"
+                   + _default("domain_lo", "the plant's domain"))
+    t.add_argument("--domain-hi", action=NumberList, type=float_list, metavar="X1,X2,...",
+                   help="upper corner of the training and verification box"
+                   + _default("domain_hi", "the plant's domain"))
+    t.add_argument("--u-min", action=NumberList, type=float_list, metavar="U1,U2,...",
+                   help="input lower bounds the conditions must hold under; narrower asks more of the barrier"
+                   + _default("u_min", "the plant's"))
+    t.add_argument("--u-max", action=NumberList, type=float_list, metavar="U1,U2,...",
+                   help="input upper bounds the conditions must hold under" + _default("u_max", "the plant's"))
+    t.add_argument("--rounds", type=positive_int,
+                   help="at most this many counterexample rounds; raise it when failures are still falling "
+                        "at the end" + _default("rounds"))
+    t.add_argument("--max-time", type=positive_float,
+                   help="wall-clock budget of the rounds in seconds; raise it with --rounds" + _default("max_time"))
+    t.add_argument("--seed", type=nonnegative_int, help="seed of torch and numpy; change it to see whether a "
+                                                        "result is luck" + _default("seed"))
     t.add_argument("--dt", "--dt-control", dest="dt", type=nonnegative_float,
-                   help="control period [s] the certifier proves the zero-order-hold loop for (with --certify; "
-                        "0: continuous time)")
+                   help="control period in seconds the certifier proves the zero-order-hold loop for (with "
+                        "--certify; 0: continuous time); set it to the period the filter will run at"
+                   + _default("dt_control"))
     t.add_argument("--quick", action="store_true",
                    help="SMOKE RUN: small budgets (minutes -> seconds) to check the setup; exits 4, not 0, "
                         "when it passes, and never ships")
-    t.add_argument("--out", type=Path, required=True, help="output directory")
+    t.add_argument("--out", type=Path, required=True, help="output directory for the model files")
     t.add_argument("--force", action="store_true", help="replace an existing output directory")
-    t.add_argument("--no-verify", action="store_true", help="skip the compiled verifier (no C++ compiler needed)")
-    t.add_argument("--no-progress", action="store_true", help="no progress bar")
-    t.add_argument("--ship", metavar="NAME", help="if it passes, also copy the result to MODELS_DIR/NAME.onnx and "
-                                                   "MODELS_DIR/NAME.json")
+    t.add_argument("--no-verify", action="store_true",
+                   help="skip the compiled float32 verifier (when no C++ compiler is at hand)")
+    t.add_argument("--no-progress", action="store_true", help="hide the progress bar of the rounds, for logs and CI (default: "
+                                                              "shown when stderr is a terminal)")
+    t.add_argument("--ship", metavar="NAME", help="if it passes, also copy the result to MODELS_DIR/NAME.onnx "
+                                                   "and MODELS_DIR/NAME.json (default: do not copy)")
     t.add_argument("--models-dir", type=Path, default=Path("experiments/models"), help="where --ship copies to")
     _add_config_flags(t)
     add_common_flags(t)
@@ -127,16 +171,22 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     v = sub.add_parser("verify", help="verify a compiled barrier against its model card",
                        description="Compile model.onnx and check, on seeded uniform samples (or a grid) of the "
                                    "card's domain: containment (h >= 0 implies constraint >= 0), the CBF/HOCBF "
-                                   "condition under the input box, and coverage.  Pointwise, not a proof.")
+                                   "condition under the input box, and coverage.  Pointwise, not a proof "
+                                   "(cbfsim certify is the proof).")
     v.add_argument("model", type=Path, help="model.onnx (or a directory holding it)")
-    v.add_argument("card", type=Path, help="model.json")
-    v.add_argument("--samples", type=positive_int, default=200_000, help="uniform samples (default 200000)")
-    v.add_argument("--grid", type=positive_int, help="use a full grid with this many points per axis instead")
-    v.add_argument("--seed", type=nonnegative_int, default=None, help="sampling seed (default: the verifier's)")
-    v.add_argument("--json", action="store_true", help="print the full report as JSON")
+    v.add_argument("card", type=Path, help="its model card (model.json): the plant, input box, gains and the "
+                                           "domain to sample")
+    v.add_argument("--samples", type=positive_int, default=200_000,
+                   help="uniform sample states; raise it to find rarer failures")
+    v.add_argument("--grid", type=positive_int, help="check a full grid with this many points per axis instead "
+                                                     "of --samples (default: no grid)")
+    v.add_argument("--seed", type=nonnegative_int, default=None,
+                   help="sampling seed; change it for a fresh sample (default: the verifier's own, not training's)")
+    v.add_argument("--json", action="store_true", help="print the full report as JSON instead of a summary")
     add_common_flags(v)
 
-    add_common_flags(sub.add_parser("presets", help="list the shipped training presets"))
+    add_common_flags(sub.add_parser("presets", help="list the shipped training presets",
+                                    description="List the shipped training presets (--preset NAME)."))
     return parser
 
 
@@ -191,9 +241,10 @@ def _train(args: argparse.Namespace) -> int:
     log.info(f"  training curves: {args.out / 'training_curves.png'}")
     if not result.passed:
         from .diagnose import diagnose, diagnose_certificate
-        lines = diagnose(check, result.verification, result.card["state_names"])
+        config = result.card.get("config")         # the run's own settings: no advice to set what is set
+        lines = diagnose(check, result.verification, result.card["state_names"], config)
         if result.certificate is not None and not result.certificate.certified:
-            lines += diagnose_certificate(result.certificate, result.card["state_names"])
+            lines += diagnose_certificate(result.certificate, result.card["state_names"], config)
         for line in lines:
             log.info(f"  {line}")
     if args.ship and args.quick:
@@ -216,9 +267,9 @@ def _print_verification(v: dict | None) -> None:
           f"{v['condition_failures']}, containment failures {v['containment_failures']}, "
           f"coverage {v['coverage']:.3f} (safe set {v['coverage_safe_set']:.3f}) -> "
           f"{'PASS' if v['passed'] else 'FAIL'}")
-    if v.get("coverage_backup_safe") is not None:
-        log.info(f"  backup-safe states: {v['backup_safe_fraction']:.3f} of the constraint set, "
-              f"{v['coverage_backup_safe']:.3f} of them certified")
+    if v.get("coverage_backup_safe") is not None:    # sampled: "inside {h >= 0}", not a proof
+        log.info(f"  states the backup policy keeps safe: {v['backup_safe_fraction']:.3f} of the constraint set; "
+                 f"{v['coverage_backup_safe']:.3f} of them inside the learned safe set (sampled, not certified)")
 
 
 def _verify(args: argparse.Namespace) -> int:

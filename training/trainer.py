@@ -140,15 +140,18 @@ def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool,
     return totals
 
 
-def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None, ce: Pool | None = None
-                ) -> tuple[MaskedBarrier, CheckResult, list, int]:
-    """Sampled counterexample rounds; ``ce``: counterexamples to start from (the certifier's)."""
+def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None, ce: Pool | None = None,
+                first_round: int = 0, phase: int = 0) -> tuple[MaskedBarrier, CheckResult, list, int]:
+    """Sampled counterexample rounds; ``ce``: counterexamples to start from (the certifier's).
+    History rows count on from ``first_round`` (one round axis over every phase; ``phase`` 0 is
+    the first sampled phase, k the one after the k-th certifier call); the round whose network
+    is returned is marked ``best_in_phase``."""
     from tqdm import tqdm
 
     opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
     recent: Pool | None = ce
     history: list[dict[str, float]] = []
-    best: tuple[int, MaskedBarrier, CheckResult] | None = None
+    best: tuple[int, MaskedBarrier, CheckResult, int] | None = None
     bar = tqdm(range(cfg.rounds), desc=f"train {cfg.system}", disable=not _progress_enabled(progress),
                leave=False)
     last: CheckResult | None = None
@@ -162,12 +165,14 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
         last = check(b64, system, tools, cfg, res.lo, res.hi, res.u_min, res.u_max,
                      np.random.default_rng([cfg.seed, 7, r]))
         rounds_done = r + 1
-        history.append({"round": r, "time_s": round(time.perf_counter() - t0, 3), **{f"loss_{k}": v for k, v in parts.items()}, **last.summary()})
+        history.append({"round": first_round + r, "phase": phase, "phase_round": r,
+                        "time_s": round(time.perf_counter() - t0, 3), **{f"loss_{k}": v for k, v in parts.items()},
+                        **last.summary()})
         bar.set_postfix(cond=last.condition_failures, cont=last.containment_failures,
                         cov=f"{last.coverage:.3f}")
         score = last.failures + last.robust_failures
         if best is None or score <= best[0]:
-            best = (score, copy.deepcopy(barrier), last)
+            best = (score, copy.deepcopy(barrier), last, r)
         clean = clean + 1 if score == 0 else 0
         if clean >= cfg.clean_checks and rounds_done >= cfg.min_rounds:
             break
@@ -178,6 +183,7 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
         if extra is not None:
             ce = extra if ce is None else ce.extend(extra, CE_CAP)
     bar.close()
+    history[best[3]]["best_in_phase"] = True
     return best[1], best[2], history, rounds_done
 
 
@@ -212,6 +218,7 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     if config.certify:
         barrier, final, certificate, cert_history = _certify_rounds(barrier, final, pool, system, tools, config,
                                                                     res, gen, t0, progress, history)
+    mark_kept(history)
     train_time = time.perf_counter() - t0
     training = {"time_s": round(train_time, 3), "rounds": rounds, "final_check": final.summary(),
                 "history": history, "n_positive": int(pool.pos.sum()), "n_negative": int(pool.neg.sum()),
@@ -249,7 +256,8 @@ def _certify_rounds(barrier, final, pool, system, tools, cfg, res, gen, t0, prog
     def train_more(points: np.ndarray) -> MaskedBarrier:
         ce = _ce_pool(system, tools, cfg, res, points, np.random.default_rng([cfg.seed, 13, len(history)]))
         trained, state["final"], more, _ = _run_rounds(state["barrier"], pool, system, tools, retrain, res, gen, t0,
-                                                        progress, ce)
+                                                        progress, ce, first_round=len(history),
+                                                        phase=history[-1]["phase"] + 1)
         history.extend(more)
         state["barrier"] = trained
         return trained
@@ -258,6 +266,14 @@ def _certify_rounds(barrier, final, pool, system, tools, cfg, res, gen, t0, prog
     log = print if _progress_enabled(progress) else (lambda *_: None)
     barrier, certificate, cert_history = certify_rounds(barrier, card, train_more, cfg, res.lo, res.hi, log=log)
     return barrier, state["final"], certificate, cert_history
+
+
+def mark_kept(history: list[dict]) -> None:
+    """Mark the round whose network the run returns: the best round of the last phase (the
+    certifier, when it ran, judged exactly that network)."""
+    best = [row for row in history if row.get("best_in_phase")]
+    if best:
+        best[-1]["kept"] = True
 
 
 def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: TrainConfig, verify: bool,
@@ -273,5 +289,6 @@ def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: Train
         card.verification = verification
     card.to_json(directory / CARD_NAME)
     from .curves import plot_training_curves
-    plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=f"Training: {card.system}")
+    plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=f"Training: {card.system}",
+                         certify_history=card.training.get("certify_history"))
     return verification

@@ -4,7 +4,8 @@ OUT/violation.png.
 
 Resuming is the same call: shards already on disk are not run again, and merging keys on
 (setting, shard), so a shard a dead worker ran twice (Dask retries it) is counted once.
-A directory holds one campaign: OUT/spec.json must match the spec being run.
+A folder holds one campaign and one running process (store.py: the lock, the spec-hash stamp,
+checked shards: a damaged one is run again, a foreign one refused).
 """
 from __future__ import annotations
 
@@ -16,35 +17,17 @@ from typing import Any, Callable
 
 from compiler.publish import atomic_write
 
+from . import store
 from .report import merge, plot, plot_worst
 from .shards import run_shard
-from .spec import Spec, SpecError, load_spec
+from .spec import Spec, load_spec
 
 
-def _shard_path(out: Path, setting: int, shard: int) -> Path:
-    return out / "shards" / f"s{setting:04d}-k{shard:05d}.json"
-
-
-def _claim_directory(spec: Spec, out: Path) -> None:
-    """Write OUT/spec.json, or check that the campaign there is this one."""
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "shards").mkdir(exist_ok=True)
-    text = json.dumps({**spec.source, "card": str(spec.card)}, indent=2, sort_keys=True) + "\n"
-    path = out / "spec.json"
-    if path.exists() and path.read_text() != text:
-        raise SpecError(f"{out} holds a different campaign (its spec.json differs); choose another --out")
-    if not path.exists():
-        atomic_write(path, text)
-
-
-def pending(spec: Spec, out: Path) -> list[tuple[int, int]]:
-    """The (setting, shard) pairs whose results are not on disk yet."""
-    return [(s.index, k) for s in spec.settings for k in range(spec.shards_per_setting)
-            if not _shard_path(out, s.index, k).exists()]
-
-
-def _save(out: Path, result: dict) -> None:
-    atomic_write(_shard_path(out, result["setting"], result["shard"]), json.dumps(result) + "\n")
+def pending(spec: Spec, out: Path, set_aside: bool = False) -> list[tuple[int, int]]:
+    """The (setting, shard) pairs without a good shard on disk (a damaged one is pending, and
+    with ``set_aside`` named and renamed NAME.damaged; a foreign one raises, naming it)."""
+    good = store.scan(spec, out, set_aside) if (out / "shards").is_dir() else {}
+    return [(s.index, k) for s in spec.settings for k in range(spec.shards_per_setting) if (s.index, k) not in good]
 
 
 def run(spec: Spec | str | Path | dict, out: str | Path, *, scheduler: str | None = None, workers: int | None = None,
@@ -56,26 +39,28 @@ def run(spec: Spec | str | Path | dict, out: str | Path, *, scheduler: str | Non
     if not isinstance(spec, Spec):
         spec = load_spec(spec)
     out = Path(out)
-    _claim_directory(spec, out)
-    todo = pending(spec, out)[:stop_after] if stop_after is not None else pending(spec, out)
-    source = {**spec.source, "card": str(spec.card)}         # absolute: workers may run elsewhere
-    args = [(source, None, s, k) for s, k in todo]
-    bar = _bar(len(todo), progress)
-    if in_process or not todo:
-        for a in args:
-            _save(out, run_shard(*a))
-            bar(1)
-    else:
-        _run_on_dask(args, out, scheduler, workers, bar)
-    summary = merge(spec, [json.loads(p.read_text()) for p in sorted((out / "shards").glob("s*-k*.json"))])
-    atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
-    if summary["complete"]:
-        plot(summary, out / "violation.png")
-        plot_worst(spec, summary, out / "worst_runs.png")
+    with store.owned(out):
+        store.claim(spec, out)
+        todo = pending(spec, out, set_aside=True)
+        todo = todo[:stop_after] if stop_after is not None else todo
+        args = [(spec.source, None, s, k) for s, k in todo]    # (the card path is absolute: workers may run elsewhere)
+        bar = _bar(len(todo), progress)
+        if in_process or not todo:
+            for a in args:
+                store.save(spec, out, run_shard(*a))
+                bar(1)
+        else:
+            _run_on_dask(spec, args, out, scheduler, workers, bar)
+        summary = merge(spec, [json.loads(p.read_bytes()) for p in store.scan(spec, out).values()])
+        atomic_write(out / "summary.json", json.dumps(summary, indent=2) + "\n")
+        if summary["complete"]:
+            plot(summary, out / "violation.png")
+            plot_worst(spec, summary, out / "worst_runs.png")
     return summary
 
 
-def _run_on_dask(args: list, out: Path, scheduler: str | None, workers: int | None, bar: Callable) -> None:
+def _run_on_dask(spec: Spec, args: list, out: Path, scheduler: str | None, workers: int | None,
+                 bar: Callable) -> None:
     import logging
     from distributed import Client, LocalCluster, as_completed
     for name in ("distributed", "tornado"):
@@ -91,7 +76,7 @@ def _run_on_dask(args: list, out: Path, scheduler: str | None, workers: int | No
         futures = [client.submit(run_shard, *a, key=f"cbfsim-shard-{a[2]}-{a[3]}-{os.getpid()}", retries=3,
                                  pure=False) for a in args]
         for future in as_completed(futures):
-            _save(out, future.result())
+            store.save(spec, out, future.result())
             bar(1)
     finally:
         client.close()

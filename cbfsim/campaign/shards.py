@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..fate import FAULTED
 from ..rng import GOLDEN, _mix
 from .spec import Spec, load_spec
 
@@ -79,9 +80,12 @@ def shard_range(spec: Spec, shard: int) -> tuple[int, int]:
 
 
 def run_shard(source: dict, base: str | None, setting: int, shard: int) -> dict:
-    """Simulate one shard and return its per-run statistics (JSON-ready)."""
+    """Simulate one shard and return it as written to disk (store.envelope): per run its seed,
+    fate (cbfsim/fate.py) and the step of that fate, min constraint, min h, max slack; the
+    faulted runs' step, time, state and cause; the spec hash, setting, shard and a checksum."""
     from ..simulate import simulate_batch
-    spec = load_spec(source, Path(base) if base else None)
+    from .store import envelope
+    spec = load_spec(source, Path(base) if base else None, check_limits=False)
     loop = _loop(str(spec.card))
     lo, hi = shard_range(spec, shard)
     runs = np.arange(lo, hi)
@@ -91,7 +95,19 @@ def run_shard(source: dict, base: str | None, setting: int, shard: int) -> dict:
     traj = simulate_batch(system, loop["barrier"], make_filter(spec, setting), spec.controller, X0, spec.t_final,
                           spec.dt_control or loop["dt"], perturbation=spec.settings[setting].perturbation,
                           run_seeds=seeds, engine=spec.engine)
-    c = system.constraint(traj.x.reshape(-1, system.n)).reshape(len(runs), -1)
-    return {"setting": setting, "shard": shard, "runs": [int(lo), int(hi)],
-            "seeds": [int(s) for s in seeds], "min_constraint": c.min(axis=1).tolist(),
-            "min_h": np.nanmin(traj.h, axis=1).tolist(), "max_slack": traj.slack.max(axis=1).tolist()}
+    fates = traj.fates
+    faults = [{"run": int(lo + i), "step": f.step, "time": f.time, "state": list(f.state), "cause": f.cause}
+              for i, f in enumerate(fates) if f.fate == FAULTED]
+    payload = {"spec_hash": spec.spec_hash, "setting": setting, "shard": shard, "runs": [int(lo), int(hi)],
+               "seeds": [int(s) for s in seeds], "fate": [f.fate for f in fates], "step": [f.step for f in fates],
+               "min_constraint": [f.min_constraint for f in fates], "min_h": _finite_extreme(traj.h, np.fmin),
+               "max_slack": _finite_extreme(traj.slack, np.fmax), "faults": faults}
+    return envelope(payload)
+
+
+def _finite_extreme(values: np.ndarray, pick: Any) -> list[float | None]:
+    """Per run, the min or max (``pick``: np.fmin / np.fmax) over the finite entries; None where
+    there is none (a run faulted at its start)."""
+    finite = np.where(np.isfinite(values), values, np.nan)
+    out = pick.reduce(finite, axis=1) if finite.shape[1] else np.full(len(values), np.nan)
+    return [float(v) if np.isfinite(v) else None for v in out]

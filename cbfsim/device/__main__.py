@@ -1,14 +1,51 @@
 """``python -m cbfsim.device generate ...``: the headers an ESP-IDF build or a hand-run make needs."""
 from __future__ import annotations
 
+import argparse
 import json
 from dataclasses import asdict
 
-from compiler.cli_errors import OneLineParser, finite_float, positive_float, positive_int, run
+from compiler.cli_errors import NumberList, OneLineParser, float_list, positive_float, positive_int, run
 
 from .card import shipped_card_run
 from .config import generate
 from .reference import polygon_demo_config, polygon_disk_barrier
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m cbfsim.device`` (its help is the docs' too: docs/cli.md)."""
+    parser = OneLineParser(prog="python -m cbfsim.device", description=main.__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{generate}")
+    gen = sub.add_parser("generate", help="write the headers a firmware build needs",
+                         description="Write the barrier header, cbf_system.hpp (the plant) and cbf_config.hpp "
+                                     "(the run's constants) for make -C firmware or an ESP-IDF build.")
+    gen.add_argument("--model", required=True,
+                     help="vdp | pendulum | bicycle | an ONNX file with its card | 'polygon-demo' (polygon_disk_barrier)")
+    gen.add_argument("--system", help="the plant, a built-in name or module:Class (default: the card's)")
+    gen.add_argument("--nominal", help="the plant's nominal controller the device filters (default: the shipped "
+                                       "run's, else the plant's first)")
+    gen.add_argument("--order", type=int, choices=(1, 2),
+                     help="1: CBF filter; 2: HOCBF filter, for a barrier of relative degree 2 (default: the card's)")
+    gen.add_argument("--alpha", action=NumberList, type=positive_float_list, metavar="A1[,A2]",
+                     help="linear class-K gains: gamma (order 1) or alpha1,alpha2 (order 2); raise them to let "
+                          "h approach 0 faster (default: the card's)")
+    gen.add_argument("--x0", action=NumberList, type=float_list, metavar="X1,X2,...",
+                     help="the device run's start state, n numbers (default: the shipped run's, else the "
+                          "RunConfig default)")
+    gen.add_argument("--dt", type=positive_float, help="control period in seconds (default: the card's certified "
+                                                       "period config.dt_control, else the shipped run's)")
+    gen.add_argument("--steps", type=positive_int, help="control steps of the device run (default: the shipped "
+                                                        "run's, else 10000)")
+    gen.add_argument("--out", required=True, help="directory for the generated headers")
+    return parser
+
+
+def positive_float_list(text: str) -> list[float]:
+    """Numbers > 0 separated by commas (class-K gains)."""
+    values = float_list(text)
+    for value in values:
+        positive_float(str(value))
+    return values
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,19 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     build (firmware/esp32) or a hand-run make needs. A model with a card (a shipped name, or an
     ONNX file with NAME.json beside it) takes its system, gains, order, parameters and box from
     the card (cbfsim.device.card_run); the options override them."""
-    parser = OneLineParser(prog="python -m cbfsim.device", description=main.__doc__)
-    sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate")
-    gen.add_argument("--model", required=True,
-                     help="vdp | pendulum | bicycle | an ONNX file with its card | 'polygon-demo' (polygon_disk_barrier)")
-    gen.add_argument("--system")
-    gen.add_argument("--nominal")
-    gen.add_argument("--order", type=int, choices=(1, 2))
-    gen.add_argument("--alpha", type=positive_float, nargs="+")
-    gen.add_argument("--x0", type=finite_float, nargs="+")
-    gen.add_argument("--dt", type=positive_float)
-    gen.add_argument("--steps", type=positive_int)
-    gen.add_argument("--out", required=True)
+    parser = build_parser()
     args = parser.parse_args(argv)
     return run(parser.prog, lambda: _generate(args))
 

@@ -89,11 +89,12 @@ def barrier_values(generated: Generated, x: np.ndarray) -> dict[str, np.ndarray]
 
 def constraint_report(generated: Generated, x: np.ndarray) -> dict[str, Any]:
     """Per barrier, and for the plant's own constraint (``system.constraint``, e.g. the lane):
-    the smallest value along the states x and how many fall below -VIOLATION_TOL."""
+    the smallest value along the states x and how many fall below -VIOLATION_TOL (a NaN value
+    counts as one: it never compares as safe)."""
     values = barrier_values(generated, x)
     values["plant_constraint"] = np.asarray(generated.config.plant().constraint(np.asarray(x, dtype=np.float64)),
                                             dtype=np.float64)
-    return {name: {"min": float(v.min()), "violations": int((v < -VIOLATION_TOL).sum())} for name, v in values.items()}
+    return {name: {"min": float(v.min()), "violations": int((~(v >= -VIOLATION_TOL)).sum())} for name, v in values.items()}
 
 
 def footprint_report(program: Path) -> dict[str, Any]:

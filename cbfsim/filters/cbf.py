@@ -28,14 +28,14 @@ class CBFQP(RowFilter):
     def __init__(self, system_or_bounds: Any, alpha: ClassK | Sequence[ClassK] = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, slack_tol: float = DEFAULT_SLACK_TOL,
                  margin: float | Margin = 0.0, fallback: Fallback | None = None, issf: float | None = None,
-                 **osqp_settings: Any):
+                 faces: Sequence[Any] = (), **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.n_barriers = int(n_barriers)
         self.alphas = list(alpha) if isinstance(alpha, (list, tuple)) else [alpha] * self.n_barriers
         if len(self.alphas) != self.n_barriers:
             raise ValueError(f"expected {self.n_barriers} class-K functions, got {len(self.alphas)}")
-        super().__init__(system_or_bounds, QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol,
-                                                       **osqp_settings), margin, fallback, issf)
+        super().__init__(system_or_bounds, QPRowSolver(lo, hi, self.n_barriers + len(faces), slack_penalty, slack_tol,
+                                                       **osqp_settings), margin, fallback, issf, faces)
 
     def rows(self, terms: LieTerms | Sequence[LieTerms], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [cbf_rows(t, al) for t, al in zip(term_list(terms, self.n_barriers), self.alphas)]

@@ -48,20 +48,20 @@ class HOCBFQP(RowFilter):
     def __init__(self, system_or_bounds: Any, alpha1: ClassK = Linear(1.0), alpha2: ClassK = Linear(1.0),
                  n_barriers: int = 1, slack_penalty: float = 1e6, solver: str = "osqp",
                  slack_tol: float = DEFAULT_SLACK_TOL, margin: float | Margin = 0.0, fallback: Fallback | None = None,
-                 **osqp_settings: Any):
+                 faces: Sequence[Any] = (), **osqp_settings: Any):
         lo, hi = input_bounds(system_or_bounds)
         self.alpha1, self.alpha2 = alpha1, alpha2
         self.n_barriers = int(n_barriers)
         row_solver: RowSolver
         if solver == "osqp":
-            row_solver = QPRowSolver(lo, hi, self.n_barriers, slack_penalty, slack_tol, **osqp_settings)
+            row_solver = QPRowSolver(lo, hi, self.n_barriers + len(faces), slack_penalty, slack_tol, **osqp_settings)
         elif solver == "projection":
-            if self.n_barriers != 1 or osqp_settings:
-                raise ValueError("solver='projection' handles exactly one barrier and takes no OSQP settings")
+            if self.n_barriers != 1 or osqp_settings or faces:
+                raise ValueError("solver='projection' handles exactly one barrier and takes no OSQP settings or faces")
             row_solver = ProjectionRowSolver(lo, hi, slack_penalty, slack_tol)
         else:
             raise ValueError(f"solver must be 'osqp' or 'projection', got {solver!r}")
-        super().__init__(system_or_bounds, row_solver, margin, fallback)
+        super().__init__(system_or_bounds, row_solver, margin, fallback, faces=faces)
 
     def rows(self, terms: LieTerms2 | Sequence[LieTerms2], u_nom: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rows = [hocbf_rows(t, self.alpha1, self.alpha2) for t in term_list(terms, self.n_barriers, second_order=True)]

@@ -18,7 +18,7 @@ invariant: safety degrades gracefully with the disturbance instead of failing.
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -35,8 +35,12 @@ class RowFilter:
     order: int
 
     def __init__(self, system_or_bounds: Any, solver: RowSolver, margin: float | Margin = 0.0,
-                 fallback: Fallback | None = None, issf: float | None = None):
+                 fallback: Fallback | None = None, issf: float | None = None, faces: Sequence[Any] = ()):
         self.solver = solver
+        self.faces = tuple(faces)
+        if self.faces and not hasattr(system_or_bounds, "f"):
+            raise ValueError("face rows need the plant (its f and G), not only input bounds")
+        self._plant = system_or_bounds
         self.m = solver.m
         self.margin = check_margin(margin)
         if issf is not None and not (float(issf) > 0 and np.isfinite(issf)):
@@ -44,6 +48,18 @@ class RowFilter:
         self.issf = None if issf is None else float(issf)
         system = system_or_bounds if hasattr(system_or_bounds, "nominal") else None
         self.faults = FaultPolicy(fallback or Fallback(), solver.u_min, solver.u_max, system)
+
+    def _with_face_rows(self, x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The barrier rows followed by the enforced faces' rows (training/certify/faces.py), each
+        with its own margin: the rows the certificate's closed claim was proven for."""
+        x = np.atleast_2d(np.asarray(x, dtype=np.float64))
+        f, G = self._plant.f(x), self._plant.G(x)
+        extra_a, extra_b = [], []
+        for face in self.faces:
+            offset, gain = face.row(f, G, x)
+            extra_a.append(offset - face.margin)
+            extra_b.append(gain)
+        return np.concatenate([a, np.stack(extra_a, axis=1)], axis=1), np.concatenate([b, np.stack(extra_b, axis=1)], axis=1)
 
     def margin_at(self, x: np.ndarray) -> float | np.ndarray:
         """eps (constant margin) or eps sigma(x) as a (B, 1) column for the rows."""
@@ -62,12 +78,14 @@ class RowFilter:
 
     def filter(self, x: np.ndarray, u_nom: np.ndarray, terms: Any) -> FilterResult:
         u_nom = nominal_batch(u_nom, self.m)
-        single = u_nom.shape == (1, 1) and self.issf is None
+        single = u_nom.shape == (1, 1) and self.issf is None and not self.faces
         result = _fast.filter_single(self, x, u_nom, terms) if single else None
         if result is None:
             a, b = self.rows(terms, u_nom)
             a = a - self.margin_at(x)
             if self.issf is not None:
                 a = a - np.einsum("bkm,bkm->bk", b, b) / self.issf
+            if self.faces:
+                a, b = self._with_face_rows(x, a, b)
             result = self.solver.solve(a, b, u_nom)
         return self.faults.apply(x, result)

@@ -10,7 +10,8 @@ from compiler.cli_errors import OneLineParser, add_common_flags, run_parsed
 log = logging.getLogger("cbfsim.cache")
 
 
-def cache_main(argv: Sequence[str]) -> int:
+def build_parser() -> OneLineParser:
+    """The parser of ``cbfsim cache`` (docs/cli.md is generated from it)."""
     parser = OneLineParser(
         prog="cbfsim cache", description="The build cache of compiled barriers ($CBFSIM_CACHE, else "
                                          "$XDG_CACHE_HOME/cbfsim, else ~/.cache/cbfsim).")
@@ -18,6 +19,11 @@ def cache_main(argv: Sequence[str]) -> int:
                         help="info: where it is, how many entries (and damaged ones), its size; "
                              "clear: remove every entry")
     add_common_flags(parser)
+    return parser
+
+
+def cache_main(argv: Sequence[str]) -> int:
+    parser = build_parser()
     args = parser.parse_args(argv)
 
     def act() -> int:

@@ -1,8 +1,9 @@
 // batch.cpp: the firmware's closed loop over a batch of initial states, as a host shared
 // library (cbfsim/engine.py). It runs the very step.hpp every port runs, built with the host
 // twin's flags, so each trajectory is the host twin's bit for bit. The caller owns every
-// array (no heap); runs are independent and simulated one after another. Only the four
-// cbf_engine_* entries are exported: every build holds its own barrier::, so two engines
+// array (no heap); runs are independent and simulated one after another. A run whose state is
+// not finite or leaves |x_i| <= bound stops at that control instant and reports it (its fate,
+// cbfsim/fate.py: "faulted"), as the numpy engine does. Only the four cbf_engine_* entries are exported: every build holds its own barrier::, so two engines
 // loaded in one process never share an inline function or variable.
 #include <cstdint>
 
@@ -14,6 +15,15 @@ constexpr int N = cbf_app::N;
 constexpr int M = cbf_app::M;
 constexpr int kMaxDelay = 64;
 enum Disturbance : int { kNone = 0, kConstant = 1, kUniform = 2, kWorstCase = 3 };
+
+// A state the run cannot go on from: some x_i not finite or |x_i| > bound (NaN fails both
+// comparisons, so it is caught by the same test).
+inline bool diverged(const float* x, float bound) noexcept {
+    for (int i = 0; i < N; ++i) {
+        if (!(x[i] <= bound && x[i] >= -bound)) return true;
+    }
+    return false;
+}
 
 // dh/dx_i through the barrier's own call: L_f h with f = e_i (G and the drift products zero).
 inline void gradient(const float* x, float* grad) noexcept {
@@ -48,7 +58,7 @@ inline void disturbance(int kind, const float* bound, const float* value, std::u
 
 extern "C" {
 
-CBF_ENGINE_API int cbf_engine_abi() { return 1; }
+CBF_ENGINE_API int cbf_engine_abi() { return 2; }
 
 // n, m and the barrier order of this build.
 CBF_ENGINE_API int cbf_engine_dims(int* n, int* m) {
@@ -64,9 +74,13 @@ CBF_ENGINE_API int cbf_engine_dims(int* n, int* m) {
 // dist_kind (0 none, 1 constant dist_value, 2 uniform in +-dist_bound, 3 worst case along
 // -grad h) held over each period; the filter output applied delay periods later (0..64; the
 // box point nearest 0 before). Without them this is the firmware's loop, bit for bit.
+// fault_step (B): the control instant 0..T at which run b's state was not finite or beyond
+// +-bound (the run stopped there: xs holds that state, later entries are left unwritten), or
+// T + 1 when it ran to the end.
 CBF_ENGINE_API int cbf_engine_run(int B, int T, const float* x0, const std::uint64_t* seeds, const float* noise,
                                   int dist_kind, const float* dist_bound, const float* dist_value, int delay,
-                                  float* xs, float* u_nom, float* u, float* h, std::int8_t* status) {
+                                  float bound, float* xs, float* u_nom, float* u, float* h, std::int8_t* status,
+                                  std::int32_t* fault_step) {
     if (delay < 0 || delay > kMaxDelay || dist_kind < kNone || dist_kind > kWorstCase) return 1;
     bool noisy = false;
     for (int i = 0; i < N; ++i) noisy = noisy || noise[i] != 0.0f;
@@ -76,8 +90,14 @@ CBF_ENGINE_API int cbf_engine_run(int B, int T, const float* x0, const std::uint
         for (int i = 0; i < N; ++i) x[i] = x0[b * N + i];
         for (int j = 0; j < M; ++j) last_safe[j] = cbf_config::kSafeInput[j];
         float* xs_b = xs + static_cast<long>(b) * (T + 1) * N;
+        fault_step[b] = T + 1;
         for (int k = 0; k < T; ++k) {
             const long at = static_cast<long>(b) * T + k;
+            if (diverged(x, bound)) {
+                for (int i = 0; i < N; ++i) xs_b[k * N + i] = x[i];
+                fault_step[b] = k;
+                break;
+            }
             for (int i = 0; i < N; ++i) {
                 xs_b[k * N + i] = x[i];
                 seen[i] = noisy ? x[i] + static_cast<float>(static_cast<double>(noise[i]) *
@@ -104,7 +124,9 @@ CBF_ENGINE_API int cbf_engine_run(int B, int T, const float* x0, const std::uint
                 cbf_app::rk4_step(x, applied, hstep, dist_kind != kNone ? d : nullptr);
             cbf_app::wrap_periodic(x);
         }
+        if (fault_step[b] <= T) continue;
         for (int i = 0; i < N; ++i) xs_b[T * N + i] = x[i];
+        if (diverged(x, bound)) fault_step[b] = T;
     }
     return 0;
 }

@@ -5,10 +5,12 @@
 
 Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``sampled`` (the
 zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes), ``branch``
-(branch and bound), ``counterexamples`` (float64 rechecks), ``certificate`` (the result).
+(branch and bound), ``counterexamples`` (float64 rechecks), ``falsify`` (the search for a real
+violation that runs first), ``faces`` (domain faces the filter enforces as rows), ``certificate``
+(the result).
 """
-from .api import MARGINS, certify
+from .api import DEFAULT_TIME_LIMIT, certify
 from .certificate import Certificate, ConditionResult
 from .problem import CertifyError
 
-__all__ = ["MARGINS", "Certificate", "CertifyError", "ConditionResult", "certify"]
+__all__ = ["DEFAULT_TIME_LIMIT", "Certificate", "CertifyError", "ConditionResult", "certify"]

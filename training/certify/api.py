@@ -15,25 +15,32 @@ from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
 from .problem import CertifyError, Problem, load_problem
 
-MARGINS = (1e-3, 1e-2, 3e-2, 5e-2, 0.1, 0.2, 0.3, 1.0, 3.0)   # eps = 0 never absorbs the float32 rounding; the row
-# is in the units of d/dt psi1 + alpha2 psi1 (order 2: the pendulum needs 1 at alpha2 = 40)
-GROWTH = 8                             # box budget of a smaller margin: GROWTH x the last certified one
+DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
+START_MARGIN = 0.05               # the first margin tried when neither the card nor a certificate records one
+MARGIN_FLOOR, MARGIN_CEILING = 1e-4, 1e3
+RECORDED_SHARE = 0.8              # of the time for the first try when the card records its margin (likely to certify)
+WALLS_MET = 1.3                   # the search stops when the two walls are this close (ratio)
+FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
+FALSIFY_MIN_S = 15.0              # this many seconds, or the attempt's whole time when that is less)
 COVERAGE_SAMPLES = 20_000
 
 
 def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = None,
-            time_limit: float | None = None, margin: float | None = None, max_boxes: int = 2_000_000,
-            min_width: float = 2.0 ** -30, progress: bool = False) -> Certificate:
+            time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
+            max_boxes: int = 2_000_000, min_width: float = 2.0 ** -30, progress: bool = False,
+            start_margin: float | None = None) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
-    time).  ``margin``: the filter margin eps; None tries ``MARGINS`` from the largest (the
-    quickest to prove when the filter is feasible with it) down, and keeps the smallest that
-    certifies (a larger margin costs feasibility, a smaller one costs boxes: each smaller try
-    gets GROWTH times the boxes of the last success; before the first success each try gets
-    half of the remaining time and boxes, the last one all of it: a larger margin, when the
-    filter is feasible with it, is the quicker to prove).  Runs out of ``time_limit`` seconds or ``max_boxes`` boxes ->
-    not certified with the undecided boxes listed."""
+    time).  ``margin``: the filter margin eps; None searches between the two walls: a margin
+    too large for the filter to be feasible (a feasibility counterexample) and one too small
+    for the held input (a sampled-data counterexample).  It starts from ``start_margin``, else
+    the margin recorded in the card (``config.filter_margin``) or in the certificate beside it,
+    else ``START_MARGIN``; a feasibility failure moves it down, a sampled-data failure up (by
+    bisection once both walls are known), and the first margin that certifies is kept.  Each
+    attempt first runs the falsifier (``falsify.py``), which refutes a wrong barrier in seconds
+    where the bounds alone would split for minutes.  Runs out of ``time_limit`` seconds (None:
+    no limit) or ``max_boxes`` boxes -> not certified with the undecided boxes listed."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
     problem = load_problem(model, card, dt)
@@ -41,41 +48,144 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
             raise CertifyError(f"--margin must be a finite number >= 0, got {margin}")
-        margins = [float(margin)]
-    else:
-        margins = sorted(MARGINS, reverse=True)
+    start, recorded = (float(margin), True) if margin is not None else _start_margin(problem, card, start_margin)
+    walls = MarginWalls(start, fixed=margin is not None, recorded=recorded)
     tried: list[dict[str, Any]] = []
     result: SearchResult | None = None
     best: SearchResult | None = None
     budget = max_boxes
-    for i, eps in enumerate(margins):
-        bar = _progress_bar(eps) if progress else None
-        share = 1.0 if best is not None or i == len(margins) - 1 else 0.5   # before a success: halve the limits
+    refutations: dict[str, list[dict[str, Any]]] = {}      # condition -> the latest confirmed counterexamples
+    starts = None                                            # the falsifier's boundary states, found once
+    eps = walls.next()
+    while eps is not None:
+        share = 1.0 if walls.fixed else (RECORDED_SHARE if walls.tries == 1 and walls.recorded else 0.5)
         now = time.monotonic()
         until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
         began = time.monotonic()
-        try:
-            attempt = search(problem, eps, until, max_boxes=max(1, int(share * budget)), min_width=min_width,
-                             progress=bar)
-        finally:
-            if bar is not None:
-                bar.close()
+        span = until - began if np.isfinite(until) else 2 * FALSIFY_MIN_S
+        if starts is None:
+            from .falsify import boundary_states
+            starts = boundary_states(problem, np.random.default_rng(0))
+        attempt = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, span)), starts)
+        if attempt is None:
+            bar = _progress_bar(eps) if progress else None
+            try:
+                attempt = search(problem, eps, until, max_boxes=max(1, budget), min_width=min_width, progress=bar)
+            finally:
+                if bar is not None:
+                    bar.close()
         tried.append({"margin": eps, "certified": attempt.certified, "ended": attempt.stopped or "done",
                       "counterexamples": {k: len(v) for k, v in attempt.counterexamples.items() if v},
                       "boxes": attempt.evaluated, "time_s": round(time.monotonic() - began, 3)})
-        if best is None and (result is None or not _refuted(result) or _refuted(attempt)):
+        if result is None or not _refuted(result) or _refuted(attempt):
             result = attempt        # report the last attempt, or the last one refuted by a counterexample
+        for name, found in attempt.counterexamples.items():
+            if found:
+                refutations[name] = [dict(c, margin=eps) for c in found]
         if attempt.certified:
             best = result = attempt
-            budget = min(max_boxes, GROWTH * attempt.evaluated)   # a smaller margin may cost more, boundedly
-        elif best is not None:
-            break          # keep the smallest margin that certified: the next smaller one failed
-        elif attempt.counterexamples["containment"]:
-            break          # no margin changes containment
-        if time.monotonic() > deadline:
             break
+        if attempt.counterexamples["containment"] or attempt.counterexamples["closure"] \
+                or time.monotonic() > deadline:
+            break                   # no margin changes containment or a leak through an open face
+        walls.record(eps, attempt)
+        eps = walls.next()
     assert result is not None
-    return _certificate(problem, result, tried, time.monotonic() - started)
+    if best is None:            # each wall's own evidence: feasibility from above, sampled data from below
+        for name, found in refutations.items():
+            result.counterexamples[name] = found
+    return _certificate(problem, best or result, tried, time.monotonic() - started, walls)
+
+
+class MarginWalls:
+    """The margin search between its two walls: ``high``, the smallest margin the filter is
+    refuted infeasible with (larger ones are infeasible too), and ``low``, the largest one a
+    held input is refuted with (smaller ones leave the set too).  A try that ends undecided
+    moves the wall its failing boxes point at (feasibility: down; sampled data: up)."""
+
+    def __init__(self, start: float, fixed: bool = False, recorded: bool = False):
+        self.start, self.fixed, self.recorded = start, fixed, recorded
+        self.low, self.high = 0.0, float("inf")
+        self.tries = 0
+        self.crossed = ""
+
+    def record(self, eps: float, attempt: SearchResult) -> None:
+        ce = attempt.counterexamples
+        down = bool(ce["feasibility"]) or (not ce["sampled_data"] and attempt.failing["feasibility"]
+                                           > attempt.failing["sampled_data"])
+        if down:
+            self.high = min(self.high, eps)
+        else:
+            self.low = max(self.low, eps)
+        if ce["feasibility"] and ce["sampled_data"]:
+            self.crossed = f"at margin {eps:g} both the filter's feasibility and the held input fail"
+
+    def next(self) -> float | None:
+        if self.tries == 0:
+            self.tries = 1
+            return self.start
+        if self.fixed or self.crossed or self.low >= self.high:
+            return None
+        if self.high < np.inf and self.low > 0:
+            if self.high / self.low <= WALLS_MET:
+                self.crossed = f"the walls met: infeasible at {self.high:g}, sampled-unsafe at {self.low:g}"
+                return None
+            eps = float(np.sqrt(self.low * self.high))
+        elif self.high < np.inf:
+            eps = self.high / 4
+        else:
+            eps = self.low * 4
+        if not MARGIN_FLOOR <= eps <= MARGIN_CEILING:
+            return None
+        self.tries += 1
+        return eps
+
+    def describe(self) -> str:
+        parts = []
+        if self.high < np.inf:
+            parts.append(f"infeasible from {self.high:g}")
+        if self.low > 0:
+            parts.append(f"sampled-unsafe up to {self.low:g}")
+        return "; ".join(parts)
+
+
+def _start_margin(problem: Problem, card: Any, given: float | None) -> tuple[float, bool]:
+    """(the first margin to try, whether it was recorded): given, else the card's
+    ``config.filter_margin``, else the margin of a certificate beside the card for the same model
+    and period, else START_MARGIN (not recorded)."""
+    if given is not None:
+        return float(given), True
+    from training.model_card import load_card
+    config = load_card(card).config
+    recorded = config.get("filter_margin")
+    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > 0:
+        return float(recorded), True
+    if isinstance(card, (str, os.PathLike)):
+        import json
+        from pathlib import Path
+        path = Path(card).with_suffix(".cert.json")
+        try:
+            old = json.loads(path.read_text())
+        except (OSError, ValueError):
+            old = None
+        if isinstance(old, dict) and old.get("model_hash") == problem.model_hash and old.get("dt") == problem.dt \
+                and isinstance(old.get("margin"), (int, float)) and old["margin"] > 0:
+            return float(old["margin"]), True
+    return START_MARGIN, False
+
+
+def _falsified(problem: Problem, eps: float, until: float, starts: np.ndarray) -> SearchResult | None:
+    """A refuted SearchResult when the falsifier finds a confirmed violation, else None."""
+    from .branch import _record
+    from .falsify import falsify
+    found = falsify(problem, eps, until, starts=starts)
+    if not found:
+        return None
+    res = SearchResult(eps, refuted=1, stopped="counterexample", touched=np.zeros((problem.n, 2), dtype=bool))
+    for name, items in found.items.items():
+        for x, value, u in items:
+            _record(res, name, x, value, problem, u=u)
+    return res
 
 
 def _version() -> str:
@@ -120,36 +230,76 @@ def _sampled_coverage(problem: Problem) -> float:
     return float(np.mean(t["level"][inside] >= 0)) if inside.any() else 0.0
 
 
-def _backup_safe_coverage(problem: Problem) -> float | None:
-    """P(certified set | backup-safe) from the seeded states of ``_sampled_coverage`` whose backup
-    rollout (the card's horizon, step and held inputs, as ``cbfsim verify`` labels them) keeps the
-    constraint >= 0; float64 reference.  None without a backup-safe state."""
+def _backup_safe(problem: Problem) -> tuple[float | None, float | None]:
+    """(P(certified set | backup-safe), P(backup-safe | S & D)) from the seeded states of
+    ``_sampled_coverage`` whose backup rollout (the card's horizon, step and held inputs, as
+    ``cbfsim verify`` labels them) keeps the constraint >= 0; float64 reference.  The backup-safe
+    states are the trainer's estimate of the viable set.  None without a backup-safe state."""
     from training.samplers import ConstraintTools, backup_safe
 
-    from .counterexamples import point_terms
+    from .counterexamples import set_level
     rng = np.random.default_rng(0)
     x = rng.uniform(problem.lo, problem.hi, size=(COVERAGE_SAMPLES, problem.n))
     x = x[problem.system.constraint(x) >= 0]
     b = problem.backup
     if b is None or not len(x):
-        return None
-    x = x[backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"])]
-    return float(np.mean(point_terms(problem, x)["level"] >= 0)) if len(x) else None
+        return None, None
+    safe = backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"])
+    if not safe.any():
+        return None, 0.0
+    return float(np.mean(set_level(problem, x[safe]) >= 0)), float(np.mean(safe))
 
 
-def _claim(problem: Problem, closed: bool, eps: float) -> str:
+def domain_coordinates(problem: Problem, r: SearchResult) -> list[dict[str, Any]]:
+    """Why the states cannot leave the proven region, coordinate by coordinate: ``irrelevant``
+    (neither h, f, G nor the constraint reads it: every value is covered), ``periodic`` (it
+    wraps; the boxes meet across the seam), ``enforced`` (the filter keeps its two faces as
+    rows), ``barrier`` (no box that may meet the set touches its faces: h < 0 there), or
+    ``open`` (the set reaches a face nothing enforces: the claim holds only while inside D)."""
+    s = problem.system
+    out = []
+    for i, name in enumerate(s.state_names):
+        entry: dict[str, Any] = {"name": name, "lo": float(problem.lo[i]), "hi": float(problem.hi[i])}
+        faces = [f for f in problem.faces if f.coord == i]
+        if not problem.splittable[i]:
+            entry.update(case="irrelevant", why="neither h, f, G nor the constraint reads it: every value is covered")
+            entry["lo"], entry["hi"] = -np.inf, np.inf
+        elif i in problem.periodic:
+            entry.update(case="periodic", why=f"wraps with period {problem.periodic[i]:g}: the boxes meet across the seam")
+        elif faces:
+            f = faces[0]
+            entry.update(case="enforced", why=f"the filter enforces {problem.lo[i]:g} <= {name} <= {problem.hi[i]:g} "
+                                               f"as rows (gamma {f.gamma:g}, margin {f.margin:g})")
+        elif r.certified and not r.touched[i].any():
+            entry.update(case="barrier", why="h < 0 on both faces: the certified set does not reach them")
+        else:
+            sides = [b for b, t in zip((f"{name} = {problem.lo[i]:g}", f"{name} = {problem.hi[i]:g}"), r.touched[i]) if t]
+            entry.update(case="open", why=("the certified set reaches " + " and ".join(sides)) if r.certified and sides
+                         else "not proven (no certificate)")
+        out.append(entry)
+    return out
+
+
+def _claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float) -> str:
     s = problem.system
     where = "{h >= 0}" if problem.order == 1 else "{h >= 0, psi1 >= 0}"
+    faces = [c for c in coordinates if c["case"] == "enforced"]
+    if faces:
+        where = where[:-1] + ", " + ", ".join(f"{c['lo']:g} <= {c['name']} <= {c['hi']:g}" for c in faces) + "}"
     period = f"held for {problem.dt:g} s (zero-order hold)" if problem.dt > 0 else "applied continuously"
-    text = (f"For every sampled state x_k in C = {where} inside the domain D and every input u in "
+    rows = "its float32 constraint row a.u + b >= " + _margin_text(problem, eps)
+    if problem.faces:
+        rows += " and its face rows"
+    text = (f"For every sampled state x_k in C = {where} and every input u in "
             f"{' x '.join(f'[{a:g}, {b:g}]' for a, b in zip(problem.u_lo, problem.u_hi))} that the filter may return there "
-            f"(its float32 constraint row a.u + b >= {_margin_text(problem, eps)}), {period}, the state stays in C, hence in the "
-            f"constraint set of {s.name}, over the whole period; by induction it stays safe while the sampled "
-            f"states stay in D.")
-    if closed:
-        text += " C is closed inside D (h < 0 on every face of D it could reach), so the claim is unconditional."
+            f"({rows}), {period}, the state stays in C, hence in the constraint set of {s.name}, over the whole period.")
+    open_ = [c["name"] for c in coordinates if c["case"] == "open"]
+    if open_:
+        text += (f" C is not proven closed inside the domain D in {', '.join(open_)}: the claim holds only while the "
+                 f"sampled states stay in D.")
     else:
-        text += " C is not proven closed inside D: the claim holds while the states stay in D."
+        text += " C is closed: " + "; ".join(f"{c['name']}: {c['case']}" for c in coordinates) + \
+                ". By induction the claim holds for all time, with no condition on the domain."
     return text
 
 
@@ -162,13 +312,16 @@ def _margin_text(problem: Problem, eps: float) -> str:
     return f"{eps:g} ({' + '.join(terms)})"
 
 
-def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: float) -> Certificate:
+def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]], wall: float,
+                 walls: MarginWalls | None = None) -> Certificate:
     conditions = {k: ConditionResult(proven=r.certified, counterexamples=r.counterexamples[k]) for k in NAMES}
     if not r.certified:
         for k in NAMES:
             conditions[k].proven = not r.counterexamples[k] and r.failing[k] == 0 and r.stopped in ("", "budget", "time") \
                 and r.undecided == 0
-    closed = not r.open_faces and bool(np.all(problem.read_by_network | ~problem.splittable))
+    coordinates = domain_coordinates(problem, r)
+    backup_share, backup_fraction = _backup_safe(problem)
+    closed = r.certified and all(c["case"] != "open" for c in coordinates)
     coverage = 0.0           # no certificate, no proven safe set
     if r.certified:
         inside = r.volume_safe
@@ -181,8 +334,10 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         blocking = [k for k in NAMES if r.counterexamples[k]] or [k for k in NAMES if r.failing[k]]
         reason = (f"blocked by {', '.join(blocking) or 'the search limits'}"
                   + (f"; search ended early: {r.stopped}" if r.stopped else ""))
+        if walls is not None and walls.describe():
+            reason += f"; margins: {walls.describe()}" + (f" ({walls.crossed})" if walls.crossed else "")
     return Certificate(
-        certified=r.certified, claim=_claim(problem, closed, r.eps), system=problem.system.name,
+        certified=r.certified, claim=_claim(problem, coordinates, r.eps), system=problem.system.name,
         order=problem.order, dt=problem.dt, margin=r.eps, conditions=conditions,
         boxes={"proven": r.proven, "refuted": r.refuted, "undecided": r.undecided, "evaluated": r.evaluated},
         certified_coverage=coverage, sampled_coverage=_sampled_coverage(problem), closed_in_domain=closed,
@@ -190,4 +345,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[float], wall: fl
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
         model_hash=problem.model_hash, margins_tried=tried, reason=reason,
-        backup_safe_coverage=_backup_safe_coverage(problem), margin_scale=problem.margin.scale)
+        backup_safe_coverage=backup_share, margin_scale=problem.margin.scale,
+        backup_safe_fraction=backup_fraction,
+        sound_backup_share=(coverage / backup_fraction) if backup_fraction else None,
+        coordinates=coordinates, faces={f.name: {"gamma": f.gamma, "margin": f.margin} for f in problem.faces})

@@ -23,9 +23,12 @@ import numpy as np
 from compiler.interval import Interval
 
 from . import counterexamples as ce
-from .conditions import NAMES, evaluate
+from .conditions import NAMES, evaluate, open_faces
 from .problem import Problem
 
+FALSIFY_EVERY = 25                # rounds between the falsifier's local searches from the worst open boxes
+FALSIFY_BOXES = 64
+FALSIFY_SECONDS = 2.0
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
@@ -43,7 +46,7 @@ class SearchResult:
     undecided_boxes: list[dict[str, Any]] = field(default_factory=list)
     volume_safe: float = 0.0        # proven boxes wholly inside the certified set (relative volume)
     straddling: list = field(default_factory=list)   # proven boxes meeting the set's boundary: (lo, hi)
-    open_faces: bool = False        # a box that may meet the set touches a face of the domain
+    touched: Any = None             # bool (n, 2): a proven box that may meet the set touches the lower/upper face
     stopped: str = ""               # why the search ended early ("", "counterexample", "time", "budget")
     rounding: str = ""              # the float32 rounding bound's statement
     rounding_max: dict[str, float] = field(default_factory=lambda: {"h": 0.0, "grad": 0.0})
@@ -58,10 +61,11 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
     """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes."""
     span = problem.hi - problem.lo
     split = problem.splittable
-    res = SearchResult(eps)
+    res = SearchResult(eps, touched=np.zeros((problem.n, 2), dtype=bool))
     lo, hi = problem.lo[None, :].copy(), problem.hi[None, :].copy()
     score = np.zeros(1)
     done_volume = 0.0
+    rounds = 0
     while len(lo):
         if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
             res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
@@ -79,6 +83,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         vol = np.prod(np.where(split, rel, 1.0), axis=1)
         proven = bounds.proven
         refuted = _refute(problem, res, blo, bhi, bounds, ~proven, rel, eps)
+        rounds += 1
+        if rounds % FALSIFY_EVERY == 0 and not refuted.any() and problem.dt > 0:
+            refuted = _falsify_alongside(problem, res, blo, bhi, bounds, ~proven, eps)
         res.proven += int(proven.sum())
         res.refuted += int(refuted.sum())
         res.volume_safe += float(vol[proven & bounds.inside_set].sum())
@@ -86,8 +93,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         edge = proven & bounds.meets_set & ~bounds.inside_set
         if edge.any():
             res.straddling.append((blo[edge], bhi[edge]))
-        touches = np.any(split & ((blo <= problem.lo) | (bhi >= problem.hi)), axis=1)
-        res.open_faces |= bool(np.any(leaf & bounds.meets_set & touches))
+        reaching = leaf & bounds.meets_set
+        res.touched[:, 0] |= np.any(reaching[:, None] & (blo <= problem.lo), axis=0)
+        res.touched[:, 1] |= np.any(reaching[:, None] & (bhi >= problem.hi), axis=0)
         open_ = ~leaf
         dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), split, span)
         too_small = rel[np.arange(len(dim)), dim] < min_width
@@ -174,6 +182,20 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
                 if not refuted[box]:
                     refuted[box] = True
                     _record(res, name, pts[k], value[k], problem)
+    for i, side in open_faces(problem):
+        on = open_ & ~refuted & (bounds.scores["closure"] < 0) & ((blo[:, i] <= problem.lo[i]) if side < 0
+                                                                   else (bhi[:, i] >= problem.hi[i]))
+        idx = np.flatnonzero(on)
+        if not len(idx):
+            continue
+        pts, owner = ce.candidates(blo[idx], bhi[idx])
+        pts[:, i] = problem.lo[i] if side < 0 else problem.hi[i]
+        speed, u = ce.closure_violations(problem, pts, i, side, eps)
+        for k in np.flatnonzero(~np.isnan(speed)):
+            box = idx[owner[k]]
+            if not refuted[box]:
+                refuted[box] = True
+                _record(res, "closure", pts[k], speed[k], problem, u=u[k])
     small = open_ & ~refuted & (bounds.scores["sampled_data"] < 0) & (np.max(np.where(problem.splittable, rel, 0), 1)
                                                                       < SAMPLED_CHECK_WIDTH)
     idx = np.flatnonzero(small)[:MAX_ROLLOUT_BOXES]
@@ -189,12 +211,39 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
     return refuted
 
 
+def _falsify_alongside(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarray, bounds,
+                       open_: np.ndarray, eps: float) -> np.ndarray:
+    """The falsifier's local search (falsify.py) from the centres of the open boxes whose
+    sampled-data bound is worst: a real violation ends the search now, not after the boxes
+    around it have been split down to it."""
+    from .falsify import falsify
+    refuted = np.zeros(len(blo), dtype=bool)
+    score = np.where(open_, bounds.scores["sampled_data"], np.inf)
+    idx = np.argsort(score)[:FALSIFY_BOXES]
+    idx = idx[np.isfinite(score[idx]) & (score[idx] < 0)]
+    if not len(idx):
+        return refuted
+    found = falsify(problem, eps, time.monotonic() + FALSIFY_SECONDS, starts=0.5 * (blo[idx] + bhi[idx]), rounds=2,
+                    leaks=False)
+    for name, items in found.items.items():
+        for x, value, u in items:
+            inside = np.flatnonzero(np.all((blo <= x) & (x <= bhi), axis=1))
+            if len(inside):
+                refuted[inside[0]] = True
+            _record(res, name, x, value, problem, u=u)
+    if found:
+        res.stopped = "counterexample"
+        res.refuted += int(not refuted.any())     # a violation outside this round's boxes still refutes
+    return refuted
+
+
 def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: Problem, u=None) -> None:
     if len(res.counterexamples[name]) >= MAX_LISTED:
         return
     quantity = {"containment": "constraint (with x in the certified set)",
                 "feasibility": "sup_u (a.u + b) - margin",
-                "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")")}[name]
+                "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
+                "closure": "outward speed through an open face of the domain, from a state of the set"}[name]
     entry = {"x": [float(v) for v in x], "quantity": quantity, "value": float(value)}
     if u is not None:
         entry["u"] = [float(v) for v in u]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONDITIONS = ("containment", "feasibility", "sampled_data")
+CONDITIONS = ("containment", "feasibility", "sampled_data", "closure")
 
 
 @dataclass
@@ -50,6 +50,12 @@ class Certificate:
     #                                            rollout from x keeps the constraint), seeded samples
     margin_scale: list[float] | None = None   # [bias, w_1..w_n]: the filter enforces margin * (bias + w.x)
     #                                           (training/margin.py); None: the constant margin
+    coordinates: list[dict[str, Any]] = field(default_factory=list)   # per state: name, case (irrelevant,
+    #                                           periodic, enforced, barrier, open), why, lo, hi (api.domain_coordinates)
+    faces: dict[str, dict[str, float]] = field(default_factory=dict)  # the face rows the filter must enforce
+    backup_safe_fraction: float | None = None  # estimate: P(backup-safe | S & D), the viable set's share
+    sound_backup_share: float | None = None   # certified_coverage / backup_safe_fraction: the proven set's
+    #                                           volume over the backup-safe (viable-set estimate) volume
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -73,15 +79,22 @@ class Certificate:
             ce = f", {len(res.counterexamples)} counterexample(s)" if res.counterexamples else ""
             lines.append(f"  {name:<12} {'proven' if res.proven else 'not proven'}{ce}")
             for c in res.counterexamples[:3]:
-                extra = f" u={_fmt(c['u'])}" if "u" in c else ""
+                extra = (f" u={_fmt(c['u'])}" if "u" in c else "") + (f" (margin {c['margin']:g})" if "margin" in c else "")
                 lines.append(f"    x={_fmt(c['x'])}{extra}: {c['quantity']} = {c['value']:.4g}")
         b = self.boxes
         lines.append(f"  boxes: {b['proven']} proven, {b['refuted']} refuted, {b['undecided']} undecided "
                      f"({b['evaluated']} evaluated)")
         lines.append(f"  certified coverage {self.certified_coverage:.1%} (sound), "
-                     f"{self.sampled_coverage:.1%} (sampled estimate); closed in the domain: {self.closed_in_domain}")
-        if self.backup_safe_coverage is not None:
-            lines.append(f"  backup-safe states in the certified set: {self.backup_safe_coverage:.1%} (sampled estimate)")
+                     f"{self.sampled_coverage:.1%} (sampled estimate)")
+        if self.coordinates:
+            lines.append("  closed: " + ("yes" if self.closed_in_domain else "no") + " -- " +
+                         ", ".join(f"{c['name']} {c['case']}" for c in self.coordinates))
+        if self.backup_safe_coverage is not None and self.certified:
+            lines.append(f"  backup-safe states (the viable-set estimate) in the certified set: "
+                         f"{self.backup_safe_coverage:.1%} (sampled); proven volume / backup-safe volume: "
+                         f"{self.sound_backup_share:.1%}")
+        elif self.backup_safe_coverage is not None:
+            lines.append(f"  backup-safe states inside {{h >= 0}} (not a certified set): {self.backup_safe_coverage:.1%}")
         if self.reason:
             lines.append(f"  {self.reason}")
         if len(self.margins_tried) > 1:

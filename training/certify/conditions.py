@@ -25,9 +25,10 @@ from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
+from .faces import joint_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
-NAMES = ("containment", "feasibility", "sampled_data")
+NAMES = ("containment", "feasibility", "sampled_data", "closure")
 INPUT_SLICES = 8       # the input box cut along one input for the curvature bound (one jet evaluation)
 
 
@@ -91,13 +92,19 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     cont = np.where(c.lo >= 0, inf, cont)
 
     a32, b32 = constraint_row(t32, problem)
-    phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
-    feas = np.where(meets, phi.lo - eps_hi, inf)
+    if problem.faces:      # one input for the barrier's row and every enforced face's row at once
+        rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
+        rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
+        feas = np.where(meets, joint_feasibility(rows, problem.u_lo, problem.u_hi), inf)
+    else:
+        phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
+        feas = np.where(meets, phi.lo - eps_hi, inf)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets & (feas >= 0) & (cont >= 0), eps_lo)
-    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp},
+    clos = _closure(problem, box, plant, meets)
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
@@ -123,9 +130,50 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
     value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
-    score[idx] = np.where(reach.ok, np.where(stays, np.inf, value), -np.inf)
+    value = np.where(stays, np.inf, value)
+    for face in problem.faces:
+        value = np.minimum(value, _face_sampled(problem, face, plant, sub, R, idx))
+    score[idx] = np.where(reach.ok, value, -np.inf)
     worst_u[idx] = u
     return score, worst_u
+
+
+def open_faces(problem: Problem) -> list[tuple[int, int]]:
+    """(coordinate, side) of every face of D that nothing keeps the states off: not irrelevant
+    (something reads the coordinate), not periodic, not enforced by a face row."""
+    enforced = {f.coord for f in problem.faces}
+    return [(i, side) for i in range(problem.n) for side in (-1, 1)
+            if problem.splittable[i] and i not in problem.periodic and i not in enforced]
+
+
+def _closure(problem: Problem, box: Interval, plant: PlantTerms, meets: np.ndarray) -> np.ndarray:
+    """Lower bound of -(outward speed through an open face) over the boxes that may meet the
+    set and touch that face, under any input in U (+inf elsewhere): >= 0 proves no state of the
+    set crosses that face (the flow on it points inward or along it), so C stays inside D."""
+    score = np.full(box.shape[0], np.inf)
+    for i, side in open_faces(problem):
+        touching = box.lo[:, i] <= problem.lo[i] if side < 0 else box.hi[:, i] >= problem.hi[i]
+        need = meets & touching
+        if not need.any():
+            continue
+        outward = plant.f[:, i] * float(side) + sup_over_inputs(plant.G[:, i, :] * float(side), problem.u_lo, problem.u_hi)
+        score = np.where(need, np.minimum(score, -outward.hi), score)
+    return score
+
+
+FACE_ROUNDING = 1e-9      # the face row's float64 evaluation in the filter: admit inputs this far below it
+
+
+def _face_sampled(problem: Problem, face, plant: PlantTerms, box: Interval, R: Interval, idx: np.ndarray) -> np.ndarray:
+    """Lower bound of min over the inputs the face's row admits at x_k and the tube R of the
+    row (+inf where the tube cannot reach the face within the period): >= 0 keeps
+    d/dt c >= -gamma c, so c >= 0, over the whole period (module sampled, the rate route)."""
+    c_min = face.bound - R.hi[:, face.coord] if face.side > 0 else R.lo[:, face.coord] - face.bound
+    b_box, a_box = face.row_enclosure(plant.f[idx], plant.G[idx], box)
+    tube_plant = plant_terms(problem.plant, R, 1)
+    b_R, a_R = face.row_enclosure(tube_plant.f, tube_plant.G, R)
+    worst = min_over_admissible(a_box, b_box.hi, face.margin - FACE_ROUNDING, a_R, b_R.lo, problem.u_lo, problem.u_hi)
+    return np.where(c_min > 0, np.inf, worst.value)
 
 
 def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray) -> np.ndarray:

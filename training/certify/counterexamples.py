@@ -61,12 +61,65 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
     return {"containment": cont, "feasibility": feas}
 
 
+def closure_violations(problem: Problem, x: np.ndarray, coord: int, side: int, eps: float
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """States x (B, n) on the open face x_coord = its bound (side -1 lower, +1 upper) that lie in
+    the certified set, and an input the filter may return there that moves the state out of D:
+    (outward speed, nan where no such state/input; the input (B, m))."""
+    t = point_terms(problem, x)
+    margin = problem.margin.with_eps(eps).at(x)
+    inside = set_level(problem, x) >= 0
+    speed = np.full(len(x), np.nan)
+    best = np.tile(0.5 * (problem.u_lo + problem.u_hi), (len(x), 1))
+    f, G = problem.system.f(x), problem.system.G(x)
+    for u in hard_inputs(problem, x, t, margin):
+        ok = admissible(problem, x, t, u, margin) & inside
+        v = side * (f[:, coord] + (G[:, coord, :] * u).sum(-1))
+        better = ok & (v > 0) & ~(v <= speed)
+        speed = np.where(better, v, speed)
+        best = np.where(better[:, None], u, best)
+    return speed, best
+
+
+def face_levels(problem: Problem, x: np.ndarray) -> np.ndarray:
+    """min over the enforced faces of c(x) >= 0 (+inf without faces; faces.py)."""
+    out = np.full(len(x), np.inf)
+    for face in problem.faces:
+        out = np.minimum(out, face.level(x))
+    return out
+
+
+def set_level(problem: Problem, x: np.ndarray) -> np.ndarray:
+    """The certified set's level at x: h (order 2: min(h, psi1)), and the enforced faces' c
+    (float64; only the terms the level needs: h, and L_f h for order 2)."""
+    x = np.asarray(x, dtype=float)
+    if problem.order == 1:
+        level = reference.value(problem.model, x)
+    else:
+        jet = reference.first_order(problem.model, x, problem.system.f(x)[:, :, None])
+        level = np.minimum(jet.h, jet.directional[:, 0] + problem.gains["alpha1"] * jet.h)
+    return np.minimum(level, face_levels(problem, x))
+
+
+def admissible(problem: Problem, x: np.ndarray, t: dict[str, np.ndarray], u: np.ndarray, eps: np.ndarray,
+               inside: float = 0.5 * INSIDE) -> np.ndarray:
+    """The filter may return u at x: its barrier row and every face row hold with their margins."""
+    ok = (t["a"] * u).sum(-1) + t["b"] >= eps + inside
+    if problem.faces:
+        f, G = problem.system.f(x), problem.system.G(x)
+        for face in problem.faces:
+            b, a = face.row(f, G, x)
+            ok &= (a * u).sum(-1) + b >= face.margin + inside
+    return ok
+
+
 def rollout_minimum(problem: Problem, x0: np.ndarray, u: np.ndarray, steps: int = RK4_STEPS) -> np.ndarray:
-    """The smallest certified-set level (h, order 2: min(h, psi1)) along one held period, RK4."""
+    """The smallest certified-set level (h, order 2: min(h, psi1); and the enforced faces' c)
+    along one held period, RK4."""
     s = problem.system
     dt = problem.dt / steps
     x = np.array(x0, dtype=float)
-    low = point_terms(problem, x)["level"]
+    low = set_level(problem, x)
 
     def rhs(z):
         return s.f(z) + np.einsum("bij,bj->bi", s.G(z), u)
@@ -77,29 +130,39 @@ def rollout_minimum(problem: Problem, x0: np.ndarray, u: np.ndarray, steps: int 
         k3 = rhs(x + 0.5 * dt * k2)
         k4 = rhs(x + dt * k3)
         x = x + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        low = np.minimum(low, point_terms(problem, x)["level"])
+        low = np.minimum(low, set_level(problem, x))
     return low
+
+
+def hard_inputs(problem: Problem, x: np.ndarray, t: dict[str, np.ndarray], eps: np.ndarray) -> list[np.ndarray]:
+    """Candidate held inputs (B, m) each: the input box's vertices and every row's admissible
+    vertices (just inside its half-space: the barrier's and each enforced face's)."""
+    out = list(_vertices(t["a"], eps + INSIDE - t["b"], problem.u_lo, problem.u_hi))
+    if problem.faces:
+        f, G = problem.system.f(x), problem.system.G(x)
+        for face in problem.faces:
+            b, a = face.row(f, G, x)
+            out += list(_vertices(a, face.margin + INSIDE - b, problem.u_lo, problem.u_hi))
+    return out
 
 
 def sampled_candidates(problem: Problem, x: np.ndarray, worst_u: np.ndarray, eps: float):
     """(x_k, u, min level over the period) for admissible inputs: the bound's minimising
     vertex and the vertices of the admissible set at x_k; only runs that leave the set."""
-    t = point_terms(problem, x)
-    keep = t["level"] >= 0
+    keep = set_level(problem, x) >= 0
     x, worst_u = x[keep], worst_u[keep]
-    a, b = t["a"][keep], t["b"][keep]
     if len(x) == 0 or problem.dt == 0:
         return []
+    t = point_terms(problem, x)
     eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
-    inputs = [np.clip(worst_u, problem.u_lo, problem.u_hi)]
-    inputs += list(_vertices(a, eps + INSIDE - b, problem.u_lo, problem.u_hi))   # just inside the half-space
+    inputs = [np.clip(worst_u, problem.u_lo, problem.u_hi)] + hard_inputs(problem, x, t, eps)
     found = []
     for u in inputs:
-        admissible = (a * u).sum(-1) + b >= eps + 0.5 * INSIDE
-        if not admissible.any():
+        ok = admissible(problem, x, t, u, eps)
+        if not ok.any():
             continue
-        low = rollout_minimum(problem, x[admissible], u[admissible])
-        for xi, ui, li in zip(x[admissible], u[admissible], low):
+        low = rollout_minimum(problem, x[ok], u[ok])
+        for xi, ui, li in zip(x[ok], u[ok], low):
             if li < 0:
                 found.append((xi, ui, float(li)))
     return found

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,8 @@ import sympy as sp
 
 from compiler.errors import CbfsimError
 from training.margin import Margin, MarginError, card_scale, margin_from
+
+from .faces import FaceError, faces_from_config
 
 
 class CertifyError(CbfsimError, ValueError):
@@ -45,6 +47,8 @@ class Problem:
     backup: dict[str, Any] | None = None   # the card's backup rollout (horizon, dt, hold): which states count
     #                                        as backup-safe for the coverage the issue quotes
     margin: Margin = Margin()  # the filter margin's state scale (eps is the search's; see training/margin.py)
+    faces: tuple = ()          # faces.Face: domain faces the filter enforces as rows (faces.py)
+    periodic: dict = field(default_factory=dict)   # {coordinate: period}: wraps, so its faces are a seam
 
     @property
     def n(self) -> int:
@@ -98,16 +102,31 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
         margin.check_domain(system.n, card.domain_lo, card.domain_hi)
     except MarginError as e:
         raise CertifyError(f"card config: {e}") from None
-    first = model.dense_layers()[0].weight
-    read = np.any(first != 0.0, axis=0)
+    read = reads_state(model, system.n)
     used = read | _plant_uses(system)
+    lo, hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
+    periodic = {int(i): float(p) for i, p in (getattr(system, "periodic", None) or {}).items()}
+    try:
+        faces = faces_from_config(system, card.config, lo, hi)
+    except FaceError as e:
+        raise CertifyError(f"card config: {e}") from None
     return Problem(model=model, system=system, plant=plant_enclosure(system), order=card.order,
                    gains=card.gains, u_lo=np.asarray(card.u_min, float), u_hi=np.asarray(card.u_max, float),
-                   lo=np.asarray(card.domain_lo, float), hi=np.asarray(card.domain_hi, float), dt=float(dt),
+                   lo=lo, hi=hi, dt=float(dt),
                    splittable=used, read_by_network=read,
                    model_hash=hashlib.sha256(path.read_bytes()).hexdigest(),
                    relu_like=kinds <= PIECEWISE_LINEAR,
-                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config), margin=margin)
+                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config), margin=margin,
+                   faces=faces, periodic=periodic)
+
+
+def reads_state(model, n: int) -> np.ndarray:
+    """bool (n,): the states the network reads (a first-layer column not exactly 0; through a
+    periodic embedding, a coordinate is read when either of its (sin, cos) columns is)."""
+    read = np.asarray(model.reads_state(), dtype=bool)
+    if read.shape != (n,):
+        raise CertifyError(f"the network reads {read.size} state coordinates but the system has {n}")
+    return read
 
 
 def _backup(config: dict[str, Any]) -> dict[str, Any]:

@@ -108,7 +108,7 @@ def _vertices(p: np.ndarray, need: np.ndarray, lo: np.ndarray, hi: np.ndarray):
             for k, c in zip(others, corner):
                 u[:, k] = hi[k] if c else lo[k]
             rest = (p[:, others] * u[:, others]).sum(-1) if others else 0.0
-            with np.errstate(divide="ignore", invalid="ignore"):
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
                 uj = (need - rest) / p[:, j]
             uj = np.where(np.isfinite(uj), uj, lo[j])
             u[:, j] = np.clip(uj, lo[j], hi[j])
@@ -174,6 +174,14 @@ def _finish(credit: np.ndarray, rate: np.ndarray, parts: np.ndarray) -> np.ndarr
     return np.where(np.isnan(score), -np.inf, score)
 
 
+def _per_period(level: np.ndarray, T: float) -> np.ndarray:
+    """level / T, and its limit for continuous time (T = 0): +inf where the level is > 0 (no
+    period to cross it in), 0 on the boundary (only the rate counts there) -- never 0/0."""
+    if T > 0:
+        return level / T
+    return np.where(level > 0, np.inf, 0.0)
+
+
 def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a64: Interval, gain: float,
                eps: float | np.ndarray, T: float, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
     """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of l(x(t)) / T
@@ -185,7 +193,7 @@ def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a
         drift = np.maximum(drift, ((q32 + (a32 * u).sum(-1)) - (q64 + (a64 * u).sum(-1))).hi)
     tau = row_rounding(level32, q32, a32, gain, eps, u_lo, u_hi)
     rate = eps - tau - drift - gain * level32.hi
-    return _finish(np.maximum(level32.lo, 0.0) / T, rate, np.abs(eps) + tau + drift + gain * np.abs(level32.hi))
+    return _finish(_per_period(np.maximum(level32.lo, 0.0), T), rate, np.abs(eps) + tau + drift + gain * np.abs(level32.hi))
 
 
 def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval, rounding, idx: np.ndarray,
@@ -203,5 +211,5 @@ def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval
     tau = row_rounding(h32, lf32, lg32, gamma, eps, u_lo, u_hi)
     curve = 0.5 * T * np.minimum(second_lo, 0.0)
     rate = eps - tau - e1 + curve
-    credit = np.maximum(h32.lo, 0.0) * (1.0 - gamma * T) / T
+    credit = _per_period(np.maximum(h32.lo, 0.0) * (1.0 - gamma * T), T)
     return _finish(credit, rate, np.abs(eps) + tau + e1 - curve)

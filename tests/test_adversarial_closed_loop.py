@@ -1,0 +1,201 @@
+"""The shipped certificates are closed: under the hardest nominal controller, filtered runs from
+the certified set stay in it and in the certified domain, forever -- tested over 10,000 periods.
+
+Independent of the simulator: each held period is integrated by scipy (DOP853, tight
+tolerances, checked in the middle and at the end of every period, not only at the samples); the filter's input is
+the exact solution of its QP for these models (every row acts on one input, so the QP separates
+into clipping per input), checked against the shipped OSQP filter on the visited states; the set
+is evaluated by the network rebuilt in torch float64 from the ONNX weights. The filter itself
+reads the float32 header through ctypes, as it does in every simulation. The nominal pushes as
+hard as the input box allows: even runs against the barrier's row, odd runs toward the nearest
+face of the domain (the pendulum's 'always speed up the rotation').
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.integrate import solve_ivp
+
+MODELS = Path(__file__).resolve().parent.parent / "experiments" / "models"
+RUNS, STEPS = 200, 10_000
+CHECK_INSTANTS = 3            # per period: the middle and the end (the start is the last period's end)
+
+
+def torch_net(onnx_path: Path):
+    """The ONNX network (Gemm, Softplus, ...) rebuilt as a float64 torch Sequential."""
+    import onnx
+    import torch
+    from onnx import numpy_helper
+    torch.set_num_threads(1)        # small batches: threads only contend
+    model = onnx.load(str(onnx_path))
+    weights = {t.name: numpy_helper.to_array(t).astype(np.float64) for t in model.graph.initializer}
+    layers = []
+    for node in model.graph.node:
+        if node.op_type == "Gemm":
+            W, b = weights[node.input[1]], weights[node.input[2]]
+            trans = {a.name: a.i for a in node.attribute}.get("transB", 0)
+            W = W if trans else W.T
+            lin = torch.nn.Linear(W.shape[1], W.shape[0]).double()
+            with torch.no_grad():
+                lin.weight.copy_(torch.from_numpy(W))
+                lin.bias.copy_(torch.from_numpy(b))
+            layers.append(lin)
+        elif node.op_type == "Softplus":
+            layers.append(torch.nn.Softplus())
+        else:
+            raise AssertionError(f"unexpected op {node.op_type}")
+    return torch.nn.Sequential(*layers).double().eval()
+
+
+def level(net, system, x: np.ndarray, order: int, alpha1: float) -> np.ndarray:
+    """h (order 2: min(h, psi1 = L_f h + alpha1 h)), float64 autograd."""
+    import torch
+    X = torch.as_tensor(x, dtype=torch.float64).requires_grad_(order == 2)
+    h = net(X)[:, 0]
+    if order == 1:
+        return h.detach().numpy()
+    (grad,) = torch.autograd.grad(h.sum(), X)
+    lf = (grad * torch.as_tensor(system.f(x))).sum(1)
+    return torch.minimum(h, lf + alpha1 * h).detach().numpy()
+
+
+def exact_filter(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray, lo: np.ndarray, hi: np.ndarray
+                 ) -> np.ndarray:
+    """argmin ||u - u_nom|| s.t. offset + gain.u >= 0 for every row, lo <= u <= hi, when every
+    row's gain is nonzero in at most one input (the QP separates per input). Infeasible -> fail."""
+    B, m = u_nom.shape
+    L, U = np.tile(lo, (B, 1)), np.tile(hi, (B, 1))
+    for offset, gain in rows:
+        active = gain != 0
+        assert np.all(active.sum(1) <= 1), "a row acts on two inputs: the QP does not separate"
+        assert np.all((active.sum(1) == 1) | (offset >= 0)), "a row with no input is violated"
+        for j in range(m):
+            g = np.where(active[:, j], gain[:, j], 0.0)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                bound = -offset / g
+            L[:, j] = np.where(g > 0, np.maximum(L[:, j], bound), L[:, j])
+            U[:, j] = np.where(g < 0, np.minimum(U[:, j], bound), U[:, j])
+    assert np.all(L <= U + 1e-12), f"the filter is infeasible at {np.flatnonzero(np.any(L > U, 1))[:5]}"
+    return np.clip(u_nom, L, np.maximum(L, U))
+
+
+def filter_rows(lib, system, card, cert, faces, x):
+    """The filter's rows at x (offset, gain), the barrier's from the float32 header with the
+    certificate's margin, the faces' in float64 with theirs."""
+    from training.margin import margin_from
+    f, G = system.f(x), system.G(x)
+    g = card.gains
+    if card.order == 1:
+        h, lf, lg = lib.lie(x, f, G)
+        offset, gain = lf + g["gamma"] * h, lg
+    else:
+        h, lf, lg, l2, lglf = lib.lie2(x, f, G, system.df(x, f), system.df(x, G))
+        offset, gain = l2 + g["alpha1"] * lf + g["alpha2"] * (lf + g["alpha1"] * h), lglf
+    margin = margin_from(cert["margin"], cert.get("margin_scale")).at(x)
+    rows = [(np.asarray(offset, float) - margin, np.asarray(gain, float))]
+    for face in faces:
+        b, a = face.row(f, G, x)
+        rows.append((b - face.margin, a))
+    return rows
+
+
+def adversarial(rows, faces, system, x, lo, hi, runs: np.ndarray) -> np.ndarray:
+    """Even runs: the input-box vertex that lowers the barrier's row the most; odd runs: the one
+    that drives toward the nearest face of the domain (through a face coordinate when there is
+    one, else along the whole state away from the domain's centre)."""
+    gain = rows[0][1]
+    toward_face = np.zeros_like(gain)
+    if faces:
+        for face in faces:
+            near = (face.level(x) <= np.abs(face.bound - 0.5 * (lo[face.coord] + hi[face.coord])))
+            toward_face += np.where(near[:, None], face.row(system.f(x), system.G(x), x)[1], 0.0)
+    else:
+        away = x - 0.5 * (lo + hi)
+        toward_face = -np.einsum("bi,bij->bj", away, system.G(x))
+    direction = np.where((runs % 2 == 0)[:, None], gain, toward_face)
+    return np.where(direction > 0, lo_u(system), hi_u(system))
+
+
+def lo_u(system):
+    return np.asarray(system.u_min, float)
+
+
+def hi_u(system):
+    return np.asarray(system.u_max, float)
+
+
+@pytest.mark.toolchain
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle"])
+def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name, cxx):
+    from cbfsim.claim import load_claim
+    from cbfsim.filters import CBFQP, HOCBFQP
+    from cbfsim.classk import Linear
+    from cbfsim.runtime import compile_barrier
+    from systems import get_system
+    from training.model_card import load_card
+
+    card_path = MODELS / f"{name}.json"
+    card = load_card(card_path)
+    system = get_system(card.system, **card.system_params)
+    cert = json.loads((MODELS / f"{name}.cert.json").read_text())
+    assert cert["certified"] and cert["closed_in_domain"], f"{name}: the shipped certificate is not closed"
+    claim = load_claim(card_path, card, system)
+    assert claim.holds
+    lib = compile_barrier(card.onnx_path(card_path), inputs=system.m, order=card.order)
+    net = torch_net(card.onnx_path(card_path))
+    alpha1 = card.gains.get("alpha1", 0.0)
+    dt = cert["dt"]
+    dom_lo, dom_hi = claim.lo, claim.hi
+    box_lo, box_hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(box_lo, box_hi, size=(50 * RUNS, system.n))
+    inside = (level(net, system, x, card.order, alpha1) >= 0)
+    for face in claim.faces:
+        inside &= face.level(x) >= 0
+    x = x[inside][:RUNS]
+    assert len(x) == RUNS
+    runs = np.arange(RUNS)
+    if card.order == 1:
+        osqp = CBFQP(system, Linear(card.gains["gamma"]), margin=claim.margin, faces=claim.faces)
+    else:
+        osqp = HOCBFQP(system, Linear(card.gains["alpha1"]), Linear(card.gains["alpha2"]), margin=claim.margin,
+                       faces=claim.faces)
+    lowest, checked = np.inf, 0
+
+    def rhs(_t, z, u):
+        xs = z.reshape(RUNS, system.n)
+        return (system.f(xs) + np.einsum("bij,bj->bi", system.G(xs), u)).ravel()
+
+    for step in range(STEPS):
+        rows = filter_rows(lib, system, card, cert, claim.faces, x)
+        u_nom = adversarial(rows, claim.faces, system, x, box_lo, box_hi, runs)
+        u = exact_filter(rows, u_nom, lo_u(system), hi_u(system))
+        if step % 2500 == 0:            # the closed form is the shipped OSQP filter's answer
+            from cbfsim.barriers import CompiledBarrier
+            barrier = CompiledBarrier(lib)
+            for k in range(0, RUNS, 40):
+                terms = (barrier.lie(x[k], system.f(x[k]), system.G(x[k])) if card.order == 1 else
+                         barrier.lie2(x[k], system.f(x[k]), system.G(x[k]), system.df(x[k], system.f(x[k])),
+                                      system.df(x[k], system.G(x[k]))))
+                got = osqp.filter(x[k], u_nom[k], terms).u
+                np.testing.assert_allclose(np.ravel(got), u[k], atol=1e-4, rtol=0)
+                checked += 1
+        sol = solve_ivp(rhs, (0.0, dt), x.ravel(), method="DOP853", rtol=1e-10, atol=1e-12, args=(u,),
+                        t_eval=np.linspace(0.0, dt, CHECK_INSTANTS))
+        assert sol.success, sol.message
+        path = sol.y.T.reshape(CHECK_INSTANTS, RUNS, system.n)[1:]
+        flat = path.reshape(-1, system.n)
+        lv = level(net, system, flat, card.order, alpha1).reshape(CHECK_INSTANTS - 1, RUNS)
+        outside = ~np.all((path >= dom_lo) & (path <= dom_hi), axis=2)
+        bad = (lv < 0) | outside
+        assert not bad.any(), (f"{name}: run {np.argwhere(bad)[0][1]} left the certified "
+                               f"{'set' if (lv < 0).any() else 'domain'} in period {step}: "
+                               f"x = {path[tuple(np.argwhere(bad)[0])]}")
+        lowest = min(lowest, float(lv.min()))
+        x = path[-1]
+    assert checked >= 20 and lowest >= 0
