@@ -416,7 +416,10 @@ class ControlAffineSystem:
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
         self._xdot_twin = _fast.XdotTwin(self._f.twin, self._G.twin)
-        self._periodic = checked_periods(self, {k: sub(v) for k, v in dict(d.periodic).items()})
+        if not isinstance(d.periodic, Mapping):
+            raise field_error(cls, "periodic", f"expected a dict state index -> period, got {type(d.periodic).__name__}",
+                              "e.g. periodic={2: 2*sp.pi} for a heading x[2]")
+        self._periodic = checked_periods(self, {k: sub(v, f"periodic[{k!r}]", set()) for k, v in d.periodic.items()})
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
