@@ -24,6 +24,7 @@ from typing import Any, Callable, Protocol, runtime_checkable
 import numpy as np
 
 from compiler.errors import ShapeError  # one exception hierarchy for the whole project
+from compiler.periodic import is_periodic_embedding
 
 
 _F64 = np.dtype(np.float64)
@@ -183,6 +184,9 @@ class TorchBarrier(_Checked):
         self.module = copy.deepcopy(module).to(torch.float64).eval()
         for p in self.module.parameters():
             p.requires_grad_(False)
+        embedded = [mod for mod in self.module.modules() if is_periodic_embedding(mod)]
+        if n is None and embedded:            # the state enters the periodic embedding, not the first Linear
+            n = embedded[0].n
         if n is None:
             linears = [mod for mod in self.module.modules() if isinstance(mod, torch.nn.Linear)]
             if not linears:

@@ -51,6 +51,9 @@ class ExperimentSpec:
     portrait_fixed: Sequence[float] | None = None   # values of the other states in the portrait grid
     portrait_limits: Sequence[Sequence[float]] | None = None
     verify_samples: int = 200_000
+    # maps uniform draws of the training box (B, n) to candidate starts before the certified-set
+    # rejection, e.g. turns each car to face the obstacle; None: the uniform draws themselves
+    starts: Callable[[np.ndarray], np.ndarray] | None = None
     models_dir: Path = field(default=Path(__file__).resolve().parent.parent / "experiments" / "models")
 
 
@@ -71,14 +74,16 @@ def _filters(card, system, order: int, margin: float = 0.0, faces: tuple = ()):
 
 
 def _initial_states(certified: Callable[[np.ndarray], np.ndarray], lo: np.ndarray, hi: np.ndarray, count: int,
-                    seed: int) -> np.ndarray:
-    """``count`` uniform states of the training box inside the certified set {certified >= 0},
-    the set the filter keeps invariant (rejection sampling)."""
+                    seed: int, starts: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """``count`` uniform states of the training box (mapped by ``starts``, when given) inside the
+    certified set {certified >= 0}, the set the filter keeps invariant (rejection sampling)."""
     rng = np.random.default_rng(seed)
     found: list[np.ndarray] = []
     total = 0
     for _ in range(200):
         x = rng.uniform(lo, hi, size=(max(4 * count, 1000), lo.size))
+        if starts is not None:
+            x = np.asarray(starts(x), dtype=np.float64)
         keep = x[certified(x) >= 0.0]
         found.append(keep)
         total += len(keep)
@@ -159,7 +164,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
 
     # {h >= 0}, or {h >= 0, psi1 >= 0} for order 2
     certified = lambda x: certified_value(lib, system, x, order, card.gains)  # noqa: E731
-    X0 = _initial_states(certified, lo, hi, runs, seed)
+    X0 = _initial_states(certified, lo, hi, runs, seed, spec.starts)
     showcase_x0 = np.asarray(spec.showcase, dtype=np.float64)
     findings = card_findings(card, certificate) + claim.findings + initial_state_findings(
         system.constraint(showcase_x0), certified(showcase_x0)) + claim.domain_findings(showcase_x0)

@@ -114,6 +114,8 @@ class PlantEnv(gym.Env):
         u = np.clip(as_action(action, self.system.m), self.system.u_min, self.system.u_max)
         x = self.state
         x_next = rk4_zoh(self.system, x[None, :], u[None, :], self.dt / self.substeps, self.substeps)[0]
+        if getattr(self.system, "periodic", None):      # angles back into [lo, lo + P), as the simulator does
+            x_next = self.system.wrap(x_next)
         self.state, self._steps = x_next, self._steps + 1
         constraint = float(self.system.constraint(x_next[None, :])[0])
         terminated = not constraint >= 0            # left the safe set (or the state is not finite)

@@ -194,6 +194,10 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     recorded at the true state and ``u`` is the input applied in each period (with a delay,
     the filter's output ``delay`` periods earlier); ``metadata["perturbation"]`` holds it all.
 
+    A plant's periodic coordinates (``system.periodic``) are wrapped into [lo, lo + P) at the
+    start and after every control period (``system.wrap``), as the compiled engine and the
+    firmware do.
+
     ``engine="compiled"`` runs the same loop as the firmware does, in float32, in one C++ call
     (cbfsim/engine.py: bit-identical to the host twin; what it cannot run it refuses in one line)."""
     if engine not in ("numpy", "compiled"):
@@ -208,6 +212,9 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
     if isinstance(controller, str):
         controller = system.nominal(controller)
     X = as_batch(X0, system.n, "X0").copy()
+    wrap = _wrapper(system)
+    if wrap is not None:
+        X = wrap(X)
     B, n, m = X.shape[0], system.n, system.m
     T = _steps(t_final, dt_control, "t_final", "dt_control")
     dt_int = dt_control if dt_int is None else float(dt_int)
@@ -303,6 +310,8 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
             X[alive], finite = _integrate(step, X[alive], u_now[alive], dt_int, substeps)
         else:
             X, finite = _integrate(step, X, u_now, dt_int, substeps)
+        if wrap is not None:             # periodic coordinates back into [lo, lo + P) once per period
+            X = wrap(X)
         t4 = time.perf_counter()
         clock["controller_s"] += t1 - t0
         clock["barrier_s"] += t2 - t1
@@ -333,6 +342,12 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
         h[:, T] = barrier.value(X)
         clock["barrier_s"] += time.perf_counter() - t0
     return finish(T)
+
+
+def _wrapper(system: Any) -> Callable[[np.ndarray], np.ndarray] | None:
+    """``system.wrap`` for a plant with periodic coordinates, None otherwise (the loop then
+    touches no bit of the state)."""
+    return system.wrap if getattr(system, "periodic", None) else None
 
 
 def _delayed(outputs: list[np.ndarray], u: np.ndarray, delay: int, system: Any) -> np.ndarray:

@@ -5,12 +5,13 @@ cbfsim/ imports all three.  Your own plant: subclass ``ControlAffineSystem`` and
 ``register`` it or name it by import path ``package.module:ClassName`` (see registry.py).
 """
 from .acc import acc
-from .base import ControlAffineSystem, Controller
+from .base import ControlAffineSystem, Controller, PeriodicCoordinateError
 from .bicycle import bicycle, steering_angle
 from .darboux import darboux
 from .hi_ord8 import hi_ord8
 from .obstacle_avoidance import obstacle_avoidance
 from .double_integrator import double_integrator
+from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
 from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
 from .spacecraft import spacecraft
@@ -22,5 +23,6 @@ __all__ = [
     "register", "system_origin", "unregister",
     "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
     "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8",
+    "dubins", "PeriodicCoordinateError",
     "steering_angle",
 ]

@@ -21,6 +21,7 @@ from sympy.printing.precedence import PRECEDENCE
 
 from . import _fast
 from ._lambdify import NumPyExactPrinter, PythonExactPrinter, lambdify
+from .periodic import PeriodicCoordinateError, checked_periods, wrap_states
 
 from compiler.errors import CbfsimError
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:  # torch is imported lazily, only by the torch functions
 
     from .enclosure import PlantEnclosure
 
-__all__ = ["ControlAffineSystem", "Controller", "Definition"]
+__all__ = ["ControlAffineSystem", "Controller", "Definition", "PeriodicCoordinateError"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -49,6 +50,9 @@ class Definition:
     u_max: Sequence[Any]
     domain: tuple[Sequence[Any], Sequence[Any]]   # (lo, hi), n entries each
     nominal: Mapping[str, Sequence[Any]]   # name -> m entries, state feedback u = k(x)
+    # coordinate index -> period (e.g. {2: 2*pi} for a heading): x and x + P e_i are one state.
+    # The domain must span exactly one period there, and f, G and the constraint must repeat.
+    periodic: Mapping[int, Any] = dataclasses.field(default_factory=dict)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -414,6 +418,10 @@ class ControlAffineSystem:
         self._J = _Field(list(self.jacobian_expr), self.x_sym, (n, n))
         self._h = _Field([self.constraint_expr], self.x_sym, ())
         self._xdot_twin = _fast.XdotTwin(self._f.twin, self._G.twin)
+        if not isinstance(d.periodic, Mapping):
+            raise field_error(cls, "periodic", f"expected a dict state index -> period, got {type(d.periodic).__name__}",
+                              "e.g. periodic={2: 2*sp.pi} for a heading x[2]")
+        self._periodic = checked_periods(self, {k: sub(v, f"periodic[{k!r}]", set()) for k, v in d.periodic.items()})
 
     # -- bounds and domain: fresh copies so callers cannot mutate the system
     @property
@@ -432,6 +440,18 @@ class ControlAffineSystem:
     @property
     def nominal_names(self) -> tuple[str, ...]:
         return tuple(self.nominals)
+
+    # -- periodic coordinates
+    @property
+    def periodic(self) -> dict[int, float]:
+        """{coordinate index: period} of the coordinates that wrap (an angle: {i: 2 pi}); {} if none."""
+        return dict(self._periodic)
+
+    def wrap(self, x: Any) -> np.ndarray:
+        """x with every periodic coordinate i mapped into [lo_i, lo_i + P_i) (lo_i: the domain's
+        lower bound), the representative the simulators keep: (n,) -> (n,), (B, n) -> (B, n).
+        Entries already inside keep their bits (see systems/periodic.py)."""
+        return wrap_states(_as_states(x, self.n), self._domain[0], self._periodic)
 
     # -- numpy (one state ((n,) or (1, n) float64) takes the float twin where it exists:
     # same bits, a fraction of numpy's per-call cost; see systems/_fast.py)

@@ -25,6 +25,7 @@ from .hi_ord8 import hi_ord8
 from .obstacle_avoidance import obstacle_avoidance
 from .spacecraft import spacecraft
 from .double_integrator import double_integrator
+from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
 from .unicycle import unicycle
 from .van_der_pol import van_der_pol
@@ -43,6 +44,7 @@ BUILTIN: dict[str, Factory] = {
     "obstacle_avoidance": obstacle_avoidance,
     "spacecraft": spacecraft,
     "hi_ord8": hi_ord8,
+    "dubins": dubins,
 }
 SYSTEM_NAMES: tuple[str, ...] = tuple(BUILTIN)
 _REGISTERED: dict[str, Factory] = {}

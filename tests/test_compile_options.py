@@ -30,8 +30,8 @@ def no_compiler(monkeypatch):
 @pytest.mark.parametrize("inputs,message", [
     (2.5, r"must be a whole number, got 2.5 \(float\)"), (True, r"must be a whole number, got True \(bool\)"),
     (np.bool_(True), r"must be a whole number"), ("2", r"must be a whole number, got '2' \(str\)"),
-    (None, r"must be a whole number, got None"), (10**9, rf"must be between 1 and {MAX_INPUTS:,}, got 1,000,000,000"),
-    (0, r"must be between 1 and .*, got 0"), (-3, r"must be between 1 and .*, got -3")])
+    (None, r"must be a whole number, got None"), (10**9, rf"must be between 0 and {MAX_INPUTS:,}, got 1,000,000,000"),
+    (-3, r"must be between 0 and .*, got -3")])      # 0 is an autonomous plant (tests/test_autonomous.py)
 def test_bad_inputs_are_refused_in_one_line_before_anything_is_loaded_or_compiled(no_compiler, inputs, message):
     with pytest.raises(OptionError, match=r"inputs \(m, the number of control inputs\) " + message) as err:
         compile_barrier(TINY, inputs=inputs)

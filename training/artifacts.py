@@ -67,6 +67,22 @@ def expression_text(expr) -> str:
     return _Exact().doprint(expr)
 
 
+def _periodic_entry(system) -> dict[str, Any]:
+    """The card's record of the periodic embedding the network starts with: {"periodic": {"i": P},
+    "embedded_width": n + k} (JSON keys are strings), nothing for a plant without angles."""
+    periods = getattr(system, "periodic", {})
+    if not periods:
+        return {}
+    return {"periodic": {str(i): float(p) for i, p in sorted(periods.items())},
+            "embedded_width": int(system.n) + len(periods)}
+
+
+def _trained_inputs(system, mask) -> int:
+    """The trained network's input width: the selected states, two features for a periodic one."""
+    periods = getattr(system, "periodic", {})
+    return sum(2 if i in periods else 1 for i in mask)
+
+
 def build_card(cfg, system, resolved, training: dict[str, Any],
                verification: dict[str, Any] | None = None) -> ModelCard:
     """The model card for a run (see model_card.ModelCard for the fields)."""
@@ -90,10 +106,10 @@ def build_card(cfg, system, resolved, training: dict[str, Any],
         class_k=class_k,
         domain_lo=[float(v) for v in resolved.lo],
         domain_hi=[float(v) for v in resolved.hi],
-        network={"widths": full_widths(system.n, cfg.hidden), "trained_widths": [len(resolved.mask), *cfg.hidden, 1],
+        network={"widths": full_widths(system.n, cfg.hidden), "trained_widths": [_trained_inputs(system, resolved.mask), *cfg.hidden, 1],
                  "activation": cfg.activation, "input_mask": None if cfg.input_mask is None else list(resolved.mask),
                  "onnx": ONNX_NAME, "state_dict": STATE_NAME, "input_name": "x", "output_name": "h",
-                 "dtype": "float32"},
+                 "dtype": "float32", **_periodic_entry(system)},
         seed=int(cfg.seed),
         config=cfg.to_dict(),
         training=training,

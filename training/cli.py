@@ -109,7 +109,7 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
                         "(default: none)")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")
     t.add_argument("--system", help="the plant: a built-in name (van_der_pol, bicycle, inverted_pendulum, acc, "
-                                    "unicycle, double_integrator, darboux, obstacle_avoidance, spacecraft, hi_ord8) or an import path module:Class of your own "
+                                    "unicycle, double_integrator, darboux, obstacle_avoidance, spacecraft, hi_ord8, dubins) or an import path module:Class of your own "
                                     "(default: the preset's or config's)")
     t.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
                    help="override one plant parameter, e.g. --param mu=1.5; repeat for more (default: the "

@@ -50,6 +50,7 @@ class TrainConfig:
     backup_horizon: float = 2.0                                 # [s]
     backup_dt: float = 0.01                                     # [s], RK4 with zero-order-hold input
     backup_hold: list[int] = field(default_factory=list)        # inputs the backup keeps at mid-box
+    backup_input: list[float] | None = None                     # a constant backup input instead of the greedy law
 
     # margins (h units; condition margin in h units per second)
     safe_margin: float = 0.05
@@ -193,7 +194,7 @@ def validate(cfg: TrainConfig, system) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
-    for name, size in (("u_min", m), ("u_max", m), ("domain_lo", n), ("domain_hi", n)):
+    for name, size in (("u_min", m), ("u_max", m), ("domain_lo", n), ("domain_hi", n), ("backup_input", m)):
         _vector(cfg, name, size)
     if cfg.margin_scale is not None:
         from .margin import MarginError, margin_from
@@ -207,6 +208,11 @@ def validate(cfg: TrainConfig, system) -> None:
     hi = cfg.domain_hi if cfg.domain_hi is not None else system.domain[1]
     if not np.all(np.asarray(lo) < np.asarray(hi)):
         raise ConfigError(f"domain_lo {list(lo)} must be below domain_hi {list(hi)} in every state")
+    for i, period in getattr(system, "periodic", {}).items():
+        if abs((hi[i] - lo[i]) - period) > 1e-9 * period or abs(lo[i] - system.domain[0][i]) > 1e-9 * period:
+            raise ConfigError(f"domain_lo/domain_hi: {system.state_names[i]!r} (coordinate {i}) is periodic; the "
+                              f"training box must span its one period [{system.domain[0][i]!r}, "
+                              f"{system.domain[1][i]!r}], got [{float(lo[i])!r}, {float(hi[i])!r}]")
     umin = cfg.u_min if cfg.u_min is not None else system.u_min
     umax = cfg.u_max if cfg.u_max is not None else system.u_max
     if not np.all(np.asarray(umin) <= np.asarray(umax)):

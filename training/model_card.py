@@ -172,6 +172,19 @@ class ModelCard:
                                  or any(not isinstance(i, int) or not 0 <= i < n for i in mask)):
             raise CardError(f"network.input_mask must list state indices in [0, {n}) or be null, got {mask!r}")
         _string(net["onnx"], "network.onnx")
+        periodic = net.get("periodic")
+        if periodic is not None:
+            if not isinstance(periodic, Mapping) or not periodic:
+                raise CardError(f"network.periodic must be an object of state index -> period, got {periodic!r}")
+            for key, period in periodic.items():
+                if not (isinstance(key, str) and key.isdigit() and int(key) < n):
+                    raise CardError(f"network.periodic: {key!r} is not a state index in 0..{n - 1}")
+                _number(period, f"network.periodic.{key}")
+                if period <= 0:
+                    raise CardError(f"network.periodic.{key} must be a period > 0, got {period!r}")
+            if net.get("embedded_width") != n + len(periodic):
+                raise CardError(f"network.embedded_width must be {n + len(periodic)} (n + periodic coordinates), "
+                                f"got {net.get('embedded_width')!r}")
 
     # ------------------------------------------------------------------ convenience
     @property

@@ -1,4 +1,4 @@
-"""The three shipped barriers of the paper's examples, as training configs, and ``ship``.
+"""The shipped barriers (the paper's three examples and the Dubins car), as training configs, and ``ship``.
 
 * ``vdp``: Van der Pol, Softplus 2-64-64-1, order 1, the system's disk constraint, certified
   for a 5 ms zero-order hold at filter margin 0.05.  (The paper's network is ReLU; a ReLU
@@ -18,6 +18,21 @@
   acceleration at 0, so positives are states that can be kept in the lane by steering alone.
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
+* ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
+  obstacle and an arena wall), Softplus 3-32-32-1 on (p_x, p_y, sin theta, cos theta): the
+  heading is periodic, so the exported network starts with the periodic embedding and reads the
+  angle continuously across the wrap (its first Linear is 4-wide).  Order 1 (the turn rate
+  reaches h through the heading), gamma 5.  The car cannot stop, and its positives come from a
+  backup that circles left at full rate (backup_input [2.0]): the states whose turning circle
+  stays in the ring.  The greedy turn-away backup labels more states safe (93% of the ring
+  against 60%), but symmetrically: dead ahead of the obstacle or the wall both turns are
+  equally good, and a smooth first-order barrier cannot hold a condition with margin on such a
+  crease (at each position its least-safe heading has L_G h = 0), so those labels cannot all be
+  met and training does not converge.  A one-sided circle is a smooth invariant set (its
+  centre p + rho (-sin theta, cos theta) is fixed under the full turn).  The 2000-step warm
+  start carves the obstacle out of the first guess (300 steps leave it filled in); the wider
+  unsafe margin (0.1, weight 3) keeps the learned set off the obstacle's edge, where a tangent
+  circle's set otherwise leaks into it.
 
 The benchmark presets (``darboux``, ``obstacle_avoidance``, ``obstacle_avoidance_relu``,
 ``spacecraft``, ``hi_ord8``) train the literature's plants at published network sizes with small
@@ -72,6 +87,12 @@ PRESETS: dict[str, TrainConfig] = {
     "hi_ord8": TrainConfig(
         system="hi_ord8", hidden=[16], activation="softplus", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.0),
+    "dubins": TrainConfig(
+        system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=5.0,
+        backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=True, safe_fraction=0.1,
+        unsafe_margin=0.1, w_unsafe=3.0, condition_margin=0.02, warm_start_steps=2000,
+        check_samples=100_000, check_boundary=30_000,
+        rounds=40, max_time=270.0, seed=0, dt_control=0.01),
 }
 
 

@@ -19,7 +19,7 @@ invariant pointwise but whose trajectories must leave it far away).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import numpy as np
 import sympy as sp
@@ -60,13 +60,19 @@ def level_set(value, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, c
 
 
 def neighbours(rng: np.random.Generator, x: np.ndarray, k: int, lo: np.ndarray, hi: np.ndarray,
-               rel_sigma: float = 0.01) -> np.ndarray:
-    """x plus k Gaussian neighbours of each row (sigma = rel_sigma * box width), clipped to the box."""
+               rel_sigma: float = 0.01, periodic: Mapping[int, float] | None = None) -> np.ndarray:
+    """x plus k Gaussian neighbours of each row (sigma = rel_sigma * box width), clipped to the
+    box; a periodic coordinate (``periodic``: {index: period}, the box one period wide there)
+    is wrapped into [lo, lo + P) instead, so a neighbour across the seam is one, not the edge."""
     if len(x) == 0 or k == 0:
         return x.copy()
     sigma = rel_sigma * (hi - lo)
-    near = np.repeat(x, k, axis=0) + rng.normal(size=(len(x) * k, x.shape[1])) * sigma
-    return np.concatenate([x, np.clip(near, lo, hi)])
+    raw = np.repeat(x, k, axis=0) + rng.normal(size=(len(x) * k, x.shape[1])) * sigma
+    near = np.clip(raw, lo, hi)
+    for i, period in (periodic or {}).items():
+        w = lo[i] + np.mod(raw[:, i] - lo[i], period)
+        near[:, i] = np.where(w >= lo[i] + period, lo[i], w)
+    return np.concatenate([x, near])
 
 
 def _vectorize(fn, count: int):
@@ -118,7 +124,11 @@ class ConstraintTools:
         moves outward fast, stop the inward motion before it overshoots to the far side, and
         hold still (e.g. against gravity) in between.  A smooth law, not bang-bang: chattering
         under a zero-order hold drifts where the drift is asymmetric (a pendulum held against
-        gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint."""
+        gravity creeps outward) and would mislabel viable states.  Held inputs: box midpoint.
+        For a plant that cannot stop (the Dubins car) the same law is its turn-away backup: the
+        turn rate reaches d2c/dt2 and goes to full rate in the direction that turns the motion
+        away from the boundary, until the car runs along it; where neither direction is better
+        (heading straight at it) the tie is broken at the upper bound."""
         if self.system.m == 0:              # an autonomous plant: nothing to choose
             return np.zeros((len(x), 0))
         a1 = np.stack(self._a1(x), axis=-1)
@@ -140,6 +150,12 @@ class ConstraintTools:
             norm = np.maximum((b * b).sum(-1), 1e-300)
             step = b * (need / norm)[:, None]
             u[:, second] = np.clip(mid[second] + step, u_min[second], u_max[second])
+            # no input reaches d2c/dt2 at this instant but the constraint must turn upward (a car
+            # heading straight at an obstacle or a wall: turning either way is equally good):
+            # break the tie at the upper bound, or the rollout would drive straight on
+            tie = ~np.any(b != 0, axis=-1) & (need > 0)
+            if tie.any():
+                u[np.ix_(tie, np.flatnonzero(second))] = u_max[second]
         return u
 
 
@@ -154,11 +170,14 @@ def near_boundary(rng: np.random.Generator, tools: ConstraintTools, lo: np.ndarr
 
 
 def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                  horizon: float, dt: float, hold: Sequence[int] = ()) -> np.ndarray:
+                  horizon: float, dt: float, hold: Sequence[int] = (),
+                  constant: Sequence[float] | None = None) -> np.ndarray:
     """The smallest constraint value along a ``horizon``-second rollout of the greedy backup
     from each state (RK4, input held over each dt step); a rollout stops at its first
     negative value, so < 0 means "the backup leaves the set" and >= level means "it keeps
-    the constraint above level throughout"."""
+    the constraint above level throughout".  ``constant``: hold this input (clipped to the box)
+    instead of the greedy law, e.g. a full turn for a car that cannot stop: it circles, and the
+    states it labels are those whose circle stays in the set."""
     system = tools.system
     x = np.array(x, dtype=np.float64)
     low = tools.constraint(x)
@@ -167,7 +186,8 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
     for _ in range(int(np.ceil(horizon / dt))):
         if len(alive) == 0:
             break
-        u = tools.backup_input(state, u_min, u_max, hold)
+        u = (tools.backup_input(state, u_min, u_max, hold) if constant is None
+             else np.broadcast_to(np.clip(np.asarray(constant, dtype=np.float64), u_min, u_max), (len(state), len(u_min))))
 
         def rhs(z: np.ndarray) -> np.ndarray:
             return system.f(z) + np.einsum("bij,bj->bi", system.G(z), u)
@@ -187,9 +207,10 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
 
 
 def backup_safe(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_max: np.ndarray,
-                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0) -> np.ndarray:
+                horizon: float, dt: float, hold: Sequence[int] = (), level: float = 0.0,
+                constant: Sequence[float] | None = None) -> np.ndarray:
     """True where the greedy backup keeps the constraint >= level for ``horizon`` seconds."""
-    return backup_margin(tools, x, u_min, u_max, horizon, dt, hold) >= level
+    return backup_margin(tools, x, u_min, u_max, horizon, dt, hold, constant) >= level
 
 
 def system_terms(system, x: np.ndarray, order: int) -> dict[str, np.ndarray]:

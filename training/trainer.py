@@ -76,7 +76,7 @@ def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.r
     low = np.full(len(x), -np.inf)
     inside = c >= 0
     low[inside] = backup_margin(tools, x[inside], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
-                                cfg.backup_hold)
+                                cfg.backup_hold, cfg.backup_input)
     lost = inside & (low < 0) if cfg.label_lost else np.zeros(len(x), dtype=bool)
     pool = Pool.build(system, x, cfg.order, pos=low >= cfg.safe_fraction * cmax, neg=~inside, lost=lost)
     return pool, cmax
@@ -110,7 +110,7 @@ def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg:
 def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarray, rng) -> Pool | None:
     if len(x) == 0:
         return None
-    x = neighbours(rng, x, cfg.ce_neighbours, res.lo, res.hi)
+    x = neighbours(rng, x, cfg.ce_neighbours, res.lo, res.hi, periodic=system.periodic)
     c = tools.constraint(x)
     none = np.zeros(len(x), dtype=bool)
     return Pool.build(system, x, cfg.order, pos=none, neg=c < 0, lost=none)
@@ -210,7 +210,8 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     tools = ConstraintTools(system)
     pool, cmax = _label_pool(system, tools, config, res, rng)
     barrier = MaskedBarrier(system.n, res.mask, config.hidden, config.activation, seed=config.seed,
-                            center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2)
+                            center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2,
+                            periodic=system.periodic)
     _warm_start(barrier, pool, tools, config, gen)
     barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress)
     certificate, cert_history = None, []

@@ -218,7 +218,8 @@ def _backup_coverage(system, card: ModelCard, lib, inside: np.ndarray, umin, uma
     rng = np.random.default_rng([seed, 1])
     pick = inside[rng.choice(len(inside), min(count, len(inside)), replace=False)]
     ok = backup_safe(ConstraintTools(system), pick, umin, umax, float(cfg.get("backup_horizon", 2.0)),
-                     float(cfg.get("backup_dt", 0.01)), list(cfg.get("backup_hold", [])))
+                     float(cfg.get("backup_dt", 0.01)), list(cfg.get("backup_hold", [])),
+                     constant=cfg.get("backup_input"))
     if not ok.any():
         return 0.0, None
     ev = evaluate_compiled(lib, system, pick[ok], card.order, umin, umax, gains)

@@ -105,6 +105,16 @@ def _cpp_floats(values: Any) -> str:
     return "{" + ", ".join(_cpp_float(v) for v in np.ravel(values)) + "}"
 
 
+def _periodic_lines(system: Any) -> str:
+    """kPeriod (0: not periodic) and kWrapLo, the plant's periodic coordinates for the closed
+    loop's wrap_periodic (firmware/common/step.hpp), as ``system.wrap`` keeps them in Python."""
+    period = [system.periodic.get(i, 0.0) for i in range(system.n)]
+    wrap_lo = [lo if p > 0 else 0.0 for lo, p in zip(system.domain[0], period)]
+    return (f"// periodic coordinates: x_i is kept in [kWrapLo_i, kWrapLo_i + kPeriod_i) (kPeriod_i = 0: not periodic)\n"
+            f"inline constexpr float kPeriod[{system.n}] = {_cpp_floats(period)};\n"
+            f"inline constexpr float kWrapLo[{system.n}] = {_cpp_floats(wrap_lo)};")
+
+
 @dataclass(frozen=True)
 class Generated:
     directory: Path
@@ -216,6 +226,7 @@ inline constexpr std::uint32_t kSteps = {config.steps}u;
 inline constexpr float kX0[{system.n}] = {_cpp_floats(config.x0)};
 inline constexpr float kDomainLo[{system.n}] = {_cpp_floats(lo)};
 inline constexpr float kDomainHi[{system.n}] = {_cpp_floats(hi)};
+{_periodic_lines(system)}
 inline constexpr std::uint32_t kSeed = {config.seed:#x}u;
 inline constexpr int kBenchCalls = {config.bench_calls};
 inline constexpr char kModelTag[] = "{tag}";

@@ -108,6 +108,7 @@ inline void closed_loop(cbf_fmt::Line& line) noexcept {
         line.f32(h).ch(' ').dec(static_cast<std::uint32_t>(status));
         line.emit();
         for (std::uint32_t s = 0; s < cfg::kSubsteps; ++s) rk4_step(x, u, hstep);
+        wrap_periodic(x);
     }
     line.ch('F').ch(' ').dec(cfg::kSteps);
     for (int i = 0; i < N; ++i) line.f32(x[i]);

@@ -173,6 +173,26 @@ inline void rk4_step(float* x, const float* u, float hstep, const float* d = nul
     for (int i = 0; i < N; ++i) x[i] = x[i] + sixth * (k1[i] + 2.0f * k2[i] + 2.0f * k3[i] + k4[i]);
 }
 
+// The plant's periodic coordinates (an angle) back into [kWrapLo, kWrapLo + kPeriod), once per
+// control period after the RK4 steps, as the Python simulator does (systems' ControlAffineSystem.wrap):
+// only an entry outside that interval changes, to x - k P with k = floor((x - lo) / P); one that
+// rounding leaves on the far side of the seam becomes lo. Non-finite entries are left to the fault
+// policy, and so is an entry more than 2^23 periods away (no exact integer k in float).
+inline void wrap_periodic(float* x) noexcept {
+    for (int i = 0; i < N; ++i) {
+        const float period = cfg::kPeriod[i];
+        const float lo = cfg::kWrapLo[i];
+        const float top = lo + period;
+        if (!(period > 0.0f) || !cbf_filter::is_finite(x[i]) || (x[i] >= lo && x[i] < top)) continue;
+        const float q = (x[i] - lo) / period;
+        if (!(q > -8388608.0f && q < 8388608.0f)) continue;
+        float k = static_cast<float>(static_cast<std::int32_t>(q));   // toward zero ...
+        if (k > q) k -= 1.0f;                                           // ... then down: floor(q)
+        const float w = x[i] - k * period;
+        x[i] = (w < lo || w >= top) ? lo : w;
+    }
+}
+
 }  // namespace cbf_app
 
 #endif  // CBF_STEP_HPP

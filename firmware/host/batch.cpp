@@ -122,6 +122,7 @@ CBF_ENGINE_API int cbf_engine_run(int B, int T, const float* x0, const std::uint
             if (dist_kind != kNone) disturbance(dist_kind, dist_bound, dist_value, seeds[b], k, x, d);
             for (std::uint32_t s = 0; s < cbf_config::kSubsteps; ++s)
                 cbf_app::rk4_step(x, applied, hstep, dist_kind != kNone ? d : nullptr);
+            cbf_app::wrap_periodic(x);
         }
         if (fault_step[b] <= T) continue;
         for (int i = 0; i < N; ++i) xs_b[T * N + i] = x[i];

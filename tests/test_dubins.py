@@ -1,0 +1,142 @@
+"""The Dubins car (systems/dubins.py): constant speed, steer only, heading periodic, a ring
+between an obstacle and an arena wall as its constraint, and a turn-away backup that labels
+exactly the geometrically viable states on the hardest lines (heading straight at a wall)."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import systems
+from systems import get_system
+from training.samplers import ConstraintTools, backup_margin
+
+
+def _hand_f(X: np.ndarray, v: float = 1.0) -> np.ndarray:
+    return np.stack([v * np.cos(X[:, 2]), v * np.sin(X[:, 2]), np.zeros(len(X))], axis=1)
+
+
+def _states(count: int, seed: int = 0) -> np.ndarray:
+    car = get_system("dubins")
+    return np.random.default_rng(seed).uniform(*car.domain, size=(count, 3))
+
+
+def test_f_g_and_the_input_box_against_a_hand_written_model():
+    car = systems.dubins(v=1.5, omega_max=3.0)
+    X = _states(64)
+    np.testing.assert_allclose(car.f(X), _hand_f(X, 1.5), rtol=1e-15, atol=1e-15)
+    np.testing.assert_array_equal(car.G(X), np.broadcast_to([[0.0], [0.0], [1.0]], (64, 3, 1)))
+    np.testing.assert_array_equal(car.u_min, [-3.0])
+    np.testing.assert_array_equal(car.u_max, [3.0])
+    U = np.random.default_rng(1).uniform(-3, 3, (64, 1))
+    np.testing.assert_allclose(car.xdot(X, U), _hand_f(X, 1.5) + np.concatenate([0 * U, 0 * U, U], 1), atol=1e-15)
+    assert (car.n, car.m, car.state_names, car.input_names) == (3, 1, ("p_x", "p_y", "theta"), ("omega",))
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")  # inside torch.func
+def test_the_jacobian_vector_product_against_torch_autograd_and_central_differences():
+    car = get_system("dubins")
+    X = _states(32, seed=2)
+    V = np.random.default_rng(3).standard_normal((32, 3))
+    _, jvp = torch.func.jvp(car.f_torch, (torch.tensor(X),), (torch.tensor(V),))
+    np.testing.assert_allclose(car.df(X, V), jvp.numpy(), rtol=1e-12, atol=1e-12)
+    eps = 1e-6
+    central = (_hand_f(X + eps * V) - _hand_f(X - eps * V)) / (2 * eps)
+    np.testing.assert_allclose(car.df(X, V), central, rtol=1e-7, atol=1e-8)
+
+
+def test_the_constraint_is_the_ring_between_obstacle_and_arena_and_negative_on_the_position_faces():
+    car = get_system("dubins")
+    P = car.params
+    rng = np.random.default_rng(4)
+    ang, th = rng.uniform(-math.pi, math.pi, (2, 4000))
+    rad = rng.uniform(0, 5, 4000)
+    X = np.stack([rad * np.cos(ang), rad * np.sin(ang), th], axis=1)
+    c = car.constraint(X)
+    inside = (rad > P.r + 1e-9) & (rad < P.R - 1e-9)
+    outside = (rad < P.r - 1e-9) | (rad > P.R + 1e-9)
+    assert np.all(c[inside] > 0) and np.all(c[outside] < 0)
+    s = rad**2
+    np.testing.assert_allclose(c, (P.R**2 - s) * (s - P.r**2) / (P.R**2 - P.r**2), rtol=1e-12, atol=1e-12)
+    lo, hi = car.domain
+    face = rng.uniform(lo, hi, (1000, 3))
+    face[:, rng.integers(0, 2, 1000)] = np.where(rng.random(1000) < 0.5, lo[0], hi[0])[:, None]
+    assert np.all(car.constraint(face) < 0)                 # the safe set lies strictly inside the domain
+    assert float(lo[0]) == -P.extent and P.extent > P.R
+
+
+def test_the_aim_nominal_steers_at_the_obstacle_and_go_to_goal_at_the_goal():
+    car = get_system("dubins")
+    aim, goal = car.nominal("aim"), car.nominal("go_to_goal")
+    # at (-2, 0): the obstacle centre is dead ahead at heading 0, to the left at heading -pi/2
+    assert aim([-2.0, 0.0, 0.0])[0] == pytest.approx(0.0, abs=1e-15)
+    assert aim([-2.0, 0.0, -math.pi / 2])[0] == pytest.approx(2.0 * math.pi / 2)
+    assert aim([-2.0, 0.0, math.pi / 2])[0] == pytest.approx(-2.0 * math.pi / 2)
+    # the same input one period on (atan2 of the body frame needs no wrapping)
+    X = _states(64, seed=5)
+    np.testing.assert_allclose(aim(X + [0, 0, 2 * math.pi]), aim(X), atol=1e-9)
+    assert goal([0.0, 1.0, 0.0])[0] == pytest.approx(2.0 * math.atan2(-1.0, 2.5))
+
+
+@pytest.mark.parametrize("d, safe", [(0.80, False), (0.85, False), (0.88, True), (1.0, True), (1.8, True)])
+def test_the_turn_away_backup_saves_a_car_heading_straight_at_the_obstacle_from_the_geometric_distance(d, safe):
+    """Turning at full rate (radius rho = v / omega_max) clears the disk from centre distance d iff
+    d^2 + rho^2 >= (r + rho)^2: d >= 0.866 for r = rho = 0.5. Dead ahead, both turns are equally
+    good; the greedy backup breaks the tie (without it the rollout drives straight in)."""
+    car = get_system("dubins")
+    low = backup_margin(ConstraintTools(car), np.array([[-d, 0.0, 0.0]]), car.u_min, car.u_max, 4.0, 0.01)
+    assert (low[0] >= 0) == safe
+    assert math.sqrt(0.75) < 0.88 and math.sqrt(0.75) > 0.85
+
+
+@pytest.mark.parametrize("d, safe", [(2.3, True), (2.4, True), (2.46, False), (2.6, False)])
+def test_the_turn_away_backup_keeps_a_car_heading_straight_at_the_wall_inside_from_the_geometric_distance(d, safe):
+    """Heading straight out at distance d the full turn stays in the arena iff sqrt(d^2 + rho^2) + rho <= R:
+    d <= sqrt(6) = 2.449 for R = 3."""
+    car = get_system("dubins")
+    low = backup_margin(ConstraintTools(car), np.array([[d, 0.0, 0.0]]), car.u_min, car.u_max, 4.0, 0.01)
+    assert (low[0] >= 0) == safe
+
+
+def test_the_experiments_starts_face_the_obstacle():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parent.parent / "experiments" / "dubins.py"
+    spec = importlib.util.spec_from_file_location("experiment_dubins", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    car = get_system("dubins")
+    X = np.random.default_rng(6).uniform(*car.domain, size=(500, 3))
+    S = module.SPEC.starts(X)
+    np.testing.assert_array_equal(S[:, :2], X[:, :2])
+    assert np.all(S[:, 2] >= -math.pi) and np.all(S[:, 2] < math.pi)
+    to_centre = np.arctan2(-X[:, 1], -X[:, 0])
+    gap = np.abs(np.mod(S[:, 2] - to_centre + math.pi, 2 * math.pi) - math.pi)
+    assert gap.max() <= 0.05 + 1e-12
+    # every start's straight line hits the obstacle: its miss distance |p| sin(gap) is below r
+    assert np.all(np.hypot(X[:, 0], X[:, 1]) * np.sin(gap) < car.params.r)
+    assert module.SPEC.controller == "aim" and module.SPEC.dt_control == 0.01
+
+
+def test_a_constant_backup_input_circles_and_labels_the_states_whose_circle_stays_in_the_ring():
+    """backup_input = [omega_max]: the car circles left (radius 0.5) about p + 0.5 (-sin theta,
+    cos theta); the rollout keeps the constraint iff that circle stays in the ring
+    (1.0 <= |centre| <= 2.5). From (1, 0) heading +p_y the centre is (0.5, 0): the circle touches
+    the obstacle's centre; heading -p_y it is (1.5, 0): safe. The greedy backup saves both."""
+    car = get_system("dubins")
+    tools = ConstraintTools(car)
+    X = np.array([[1.0, 0.0, math.pi / 2], [1.0, 0.0, -math.pi / 2], [2.25, 0.0, -math.pi / 2],
+                  [2.25, 0.0, math.pi / 2]])
+    left = backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01, constant=[2.0])
+    np.testing.assert_array_equal(left >= 0, [False, True, False, True])
+    assert np.all(backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01) >= 0)
+    clipped = backup_margin(tools, X, car.u_min, car.u_max, 4.0, 0.01, constant=[50.0])    # clipped to the box
+    np.testing.assert_array_equal(clipped, left)
+
+
+def test_a_backup_input_of_the_wrong_length_is_refused_naming_the_field():
+    from training.config import ConfigError, TrainConfig
+    with pytest.raises(ConfigError, match="^backup_input must be 1 finite numbers"):
+        TrainConfig(system="dubins", backup_input=[1.0, 2.0]).resolve(get_system("dubins"))
