@@ -91,7 +91,7 @@ def test_command_line_max_boxes_and_condition(diamond):
     from cbfsim import cli
     assert cli.DEFAULT_MAX_BOXES == DEFAULT_MAX_BOXES
     helped = _cli("--help")
-    assert f"default {DEFAULT_MAX_BOXES:,}" in " ".join(helped.stdout.split()) and "--condition" in helped.stdout
+    assert f"(default: {DEFAULT_MAX_BOXES})" in " ".join(helped.stdout.split()) and "--condition" in helped.stdout
     _, onnx, card = diamond
     ok = _cli(str(onnx), str(card), "--condition", "boundary", "--time-limit", "120")
     assert ok.returncode == 0 and "CERTIFIED" in ok.stdout, ok.stderr
