@@ -24,7 +24,10 @@ Rows:
 4. Python binding (``compile_barrier(...).lie``/``lie2``): us per call for one state
    (float64 numpy in, floats/numpy out) and ns per state for a 1000-state batch (float64
    arrays in): median (and min) of 7 timeit repeats of ~50 ms after a warm-up call (3 x
-   20 ms with --quick); and an empty ctypes call for reference.
+   20 ms with --quick). Beside the one-state call, in CPU time and interleaved: the float
+   entry (``float_entry``: floats in, a tuple out), a raw ctypes call of the library's
+   float32 entry with its pointers prepared (the floor of any ctypes binding) and an empty
+   ctypes call, and the binding's ratio to the raw call.
 5. torch (1 thread, as the compiled code): ``torch.autograd`` (h, grad by autograd.grad,
    L_f h = grad.f, L_G h = grad.G; double backward for the order-2 terms) and
    ``torch.func`` (jvp of h along f and each G column, nested jvp for order 2, vmapped
@@ -200,10 +203,10 @@ def rel_err(got, ref) -> float:
     return float(np.max(np.where(scale > 0, diff / np.where(scale > 0, scale, 1), diff)))
 
 
-def per_call(fn, repeat: int, budget: float, per: int = 1) -> tuple[float, float]:
+def per_call(fn, repeat: int, budget: float, per: int = 1, clock=time.perf_counter) -> tuple[float, float]:
     """(median, min) seconds per call / per, over `repeat` timeit runs of about `budget` s each."""
     fn()                                                    # warm up
-    timer = timeit.Timer(fn)                                # time.perf_counter
+    timer = timeit.Timer(fn, timer=clock)
     number, elapsed = 1, timer.timeit(1)
     while elapsed < budget / 5 and number < 1 << 22:
         number *= 4
@@ -283,9 +286,24 @@ def measure(p: dict, args) -> dict:
         ns = [float(v) for v in out.split()]
         r["c_ns"][tag] = (statistics.median(ns), min(ns), max(ns))
     single = [a[0] for a in parts]
-    r["py_single"] = per_call(lambda: call(*single), repeat, budget)
+    # one state: the binding, its float entry, a raw ctypes call of the library's float32 entry
+    # (float32 arrays and output allocated once, their addresses passed as ints) and an empty
+    # ctypes call, each timed in CPU time (process_time: the machine may be shared), interleaved
+    f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in single]
+    out32 = np.empty(p["k"], np.float32)
+    raw = lib._lib.cbf_lie if case.order == 1 else lib._lib.cbf_lie2
+    pointers = [a.ctypes.data for a in f32] + [out32.ctypes.data, None]
+    floats = lib.float_entry(case.order)
+    flat = np.concatenate([a.ravel() for a in single]).tolist()
+    jobs = {"py_single": lambda: call(*single), "py_floats": lambda: floats(flat), "py_raw": lambda: raw(*pointers),
+            "py_empty": lib._lib.cbf_abi_version}
+    rounds = {k: [] for k in jobs}
+    for _ in range(3):
+        for key, fn in jobs.items():
+            rounds[key].append(per_call(fn, repeat, budget / 3, clock=time.process_time))
+    for key, got in rounds.items():
+        r[key] = (statistics.median(g[0] for g in got), min(g[1] for g in got))
     r["py_batch"] = per_call(lambda: call(*parts), repeat, budget, STATES)
-    r["py_empty"] = per_call(lib._lib.cbf_abi_version, repeat, budget)
     for dt, net in (("float32", make_model(case)), ("float64", net64)):
         ten = [torch.from_numpy(a).to(getattr(torch, dt)) for a in parts]
         first, single_t = [t[:1] for t in ten], [t[0] for t in ten]
@@ -358,7 +376,16 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         [binding(r, "py_single", 1e6, 2.0, lambda v: f"{v:.2f}") for r in results])
     row(f"Python binding, batch {STATES}: ns/state, median (min) (target ≤ 300)",
         [binding(r, "py_batch", 1e9, 300.0, lambda v: f"{v:.0f}") for r in results])
-    row("empty ctypes call `cbf_abi_version()`: µs", [f"{r['py_empty'][0] * 1e6:.2f}" for r in results])
+    row("Python float entry (`float_entry`: a list of floats in, a tuple out), one state: µs/call [g]",
+        [f"{r['py_floats'][0] * 1e6:.2f} (min {r['py_floats'][1] * 1e6:.2f})" for r in results])
+    row("raw ctypes call of the float32 entry (`cbf_lie`/`cbf_lie2`, pointers prepared): µs [g]",
+        [f"{r['py_raw'][0] * 1e6:.2f} (min {r['py_raw'][1] * 1e6:.2f})" for r in results])
+    row("empty ctypes call `cbf_abi_version()`: µs [g]", [f"{r['py_empty'][0] * 1e6:.2f}" for r in results])
+    row("binding ÷ raw ctypes call, one state (target ≤ 1.5)",
+        [f"{r['py_single'][0] / r['py_raw'][0]:.2f}× " + ("met ✓" if r['py_single'][0] <= 1.5 * r['py_raw'][0]
+                                                         else "NOT MET ✗") for r in results])
+    row("float entry ÷ raw ctypes call, one state",
+        [f"{r['py_floats'][0] / r['py_raw'][0]:.2f}×" for r in results])
     for kind, name in (("autograd", "torch.autograd"), ("func", "torch.func (jvp, vmap)")):
         for batch in (1, STATES):
             for dt in ("float32", "float64"):
@@ -388,6 +415,9 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         f"[d] Per output: max |compiled - torch float64| / max |torch float64| over {STATES} states "
         f"(x ~ U(-1,1), f, G, Dff, DfG ~ N(0,1), float32-rounded); tolerance {TOL:g} for the float32 header.",
         f"[e] {reps} repeats of {calls:,} calls cycling through the {STATES} states, after one warm-up repeat.",
+        "[g] CPU time (time.process_time), three interleaved rounds of the four one-state calls, median of their "
+        "medians: wall time on a shared machine measures the neighbours. The binding's one-state row above is "
+        "timed the same way.",
         *([f"[f] This CPU has AVX-512, which valgrind 3.19 cannot decode: instruction counts of -march=native "
            "builds are of the same flags plus -mno-avx512f (AVX2); times are of the full -march=native build."]
           if has_avx512() else []),

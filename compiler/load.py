@@ -126,19 +126,23 @@ class CompiledLie:
 
     def lie(self, x, f, G):
         """(h, L_f h, L_G h): floats and (m,) for one state; (B,), (B,), (B, m) for a batch."""
-        vec, mat = self._lie_vec, self._mat_shape
-        # fast path (written out: a helper call per array would cost more than the C call)
-        if (type(x) is _ND and type(f) is _ND and type(G) is _ND
-                and x.dtype is _F64 and f.dtype is _F64 and G.dtype is _F64
-                and x.shape == vec and f.shape == vec and G.shape == mat):
+        # fast path: float64 arrays of the right shapes (written out: a helper call per array
+        # would cost more than the C call; anything without .dtype/.shape goes the general way)
+        try:
+            fast = x.dtype is f.dtype is G.dtype is _F64 and x.shape == f.shape == self._lie_vec \
+                and G.shape == self._mat_shape
+        except AttributeError:
+            fast = False
+        if fast:
+            free = self._lie_buffers
             try:
-                buffers = self._lie_buffers.pop()
+                buffers = free.pop()
             except IndexError:
                 buffers = self._new_buffers(self._lie_out)
             out, lgh = buffers
             self._lie_f64(x.tobytes(), f.tobytes(), G.tobytes(), out)
             result = out[0], out[1], lgh.copy()
-            self._lie_buffers.append(buffers)
+            free.append(buffers)
             return result
         names, args = ("x", "f", "G"), (x, f, G)
         if self._is_single(x):
@@ -151,19 +155,23 @@ class CompiledLie:
         """(h, L_f h, L_G h, L_f^2 h, L_G L_f h); Dff = f'(x) f, DfG = f'(x) G."""
         if self.order != 2:
             raise ValueError("this barrier was compiled for order 1; compile with order=2 for lie2")
-        m, vec, mat = self.m, self._lie2_vec, self._mat_shape
-        if (type(x) is _ND and type(f) is _ND and type(G) is _ND and type(Dff) is _ND
-                and type(DfG) is _ND and x.dtype is _F64 and f.dtype is _F64 and G.dtype is _F64
-                and Dff.dtype is _F64 and DfG.dtype is _F64 and x.shape == vec and f.shape == vec
-                and G.shape == mat and Dff.shape == vec and DfG.shape == mat):
+        try:
+            vec, mat = self._lie2_vec, self._mat_shape
+            fast = x.dtype is f.dtype is G.dtype is Dff.dtype is DfG.dtype is _F64 \
+                and x.shape == f.shape == Dff.shape == vec and G.shape == DfG.shape == mat
+        except AttributeError:
+            fast = False
+        m = self.m
+        if fast:
+            free = self._lie2_buffers
             try:
-                buffers = self._lie2_buffers.pop()
+                buffers = free.pop()
             except IndexError:
                 buffers = self._new_buffers(self._lie2_out)
             out, lgh, lglfh = buffers
             self._lie2_f64(x.tobytes(), f.tobytes(), G.tobytes(), Dff.tobytes(), DfG.tobytes(), out)
             result = out[0], out[1], lgh.copy(), out[2 + m], lglfh.copy()
-            self._lie2_buffers.append(buffers)
+            free.append(buffers)
             return result
         names, args = ("x", "f", "G", "Dff", "DfG"), (x, f, G, Dff, DfG)
         if self._is_single(x):

@@ -4,6 +4,7 @@
 // own by tests/test_kernels.py; the block before the marker supplies the context the generated
 // header provides (the scalar type and the vector-unit flag) and is not inlined.
 #include <cstddef>
+#include <cstdint>
 using scalar = float;
 constexpr bool kVectorUnit = true;
 // ---- kernel text: the emitter inlines everything below this line into the generated header ----
@@ -12,11 +13,31 @@ constexpr bool kVectorUnit = true;
 // blocks and one neuron at a time, keeping the stack small. Every sum and product is the same
 // in both shapes: results are bit-identical.
 
-// all_finite: false if any entry is NaN or +-Inf (v - v is 0 only for finite v).
+// all_finite: false if any entry is NaN or +-Inf. On the bits, with no branch and no float
+// compare per entry (one OR over the array, which vectorizes): an entry is NaN or Inf exactly
+// when its exponent field is all ones, and then adding one unit of the exponent's lowest bit
+// to that field carries into the sign bit; for every finite entry it stays below it.
+template <int Bytes>
+struct FloatWord;
+template <>
+struct FloatWord<4> {
+    using type = std::uint32_t;
+    static constexpr type kExp = 0x7f800000u, kExpOne = 0x00800000u, kTop = 0x80000000u;
+};
+template <>
+struct FloatWord<8> {
+    using type = std::uint64_t;
+    static constexpr type kExp = 0x7ff0000000000000u, kExpOne = 0x0010000000000000u, kTop = 0x8000000000000000u;
+};
 inline bool all_finite(const scalar* v, int count) noexcept {
-    bool ok = true;
-    for (int i = 0; i < count; ++i) ok = ok && (v[i] - v[i] == scalar(0));
-    return ok;
+    using W = FloatWord<sizeof(scalar)>;
+    typename W::type acc = 0u;
+    for (int i = 0; i < count; ++i) {
+        typename W::type u = 0u;
+        __builtin_memcpy(&u, &v[i], sizeof u);
+        acc |= (u & W::kExp) + W::kExpOne;
+    }
+    return (acc & W::kTop) == 0u;
 }
 
 // dense: one affine layer on C channels. Channel 0 is the real path (gets the bias),
@@ -54,9 +75,12 @@ inline void dense_block(const Src& src, const scalar* __restrict wt, const scala
 template <int In, int Out, int C, typename Src>
 inline void dense_stream(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
                          scalar* __restrict out) noexcept {
-    for (int j = 0; j < Out; ++j) out[j] = b[j];
-    for (int j = Out; j < C * Out; ++j) out[j] = scalar(0);
-    for (int k = 0; k < In; ++k) {
+    for (int c = 0; c < C; ++c) {   // k = 0 starts each sum: b + w s (channel 0), 0 + w s (tangents)
+        const scalar s = src(c, 0);
+        scalar* __restrict o = out + c * Out;
+        for (int j = 0; j < Out; ++j) o[j] = (c == 0 ? b[j] : scalar(0)) + wt[j] * s;
+    }
+    for (int k = 1; k < In; ++k) {
         const scalar* __restrict w = wt + k * Out;
         for (int c = 0; c < C; ++c) {
             const scalar s = src(c, k);
