@@ -13,10 +13,11 @@ constexpr bool kVectorUnit = true;
 // blocks and one neuron at a time, keeping the stack small. Every sum and product is the same
 // in both shapes: results are bit-identical.
 
-// all_finite: false if any entry is NaN or +-Inf. On the bits, with no branch and no float
-// compare per entry (one OR over the array, which vectorizes): an entry is NaN or Inf exactly
-// when its exponent field is all ones, and then adding one unit of the exponent's lowest bit
-// to that field carries into the sign bit; for every finite entry it stays below it.
+// all_finite: false if any entry is NaN or +-Inf. On vector targets on the bits, with no branch
+// and no float compare per entry (one OR over the array, which vectorizes): an entry is NaN or
+// Inf exactly when its exponent field is all ones, and then adding one unit of the exponent's
+// lowest bit to that field carries into the sign bit; for every finite entry it stays below it.
+// Both forms give the same answer.
 template <int Bytes>
 struct FloatWord;
 template <>
@@ -30,14 +31,20 @@ struct FloatWord<8> {
     static constexpr type kExp = 0x7ff0000000000000u, kExpOne = 0x0010000000000000u, kTop = 0x8000000000000000u;
 };
 inline bool all_finite(const scalar* v, int count) noexcept {
-    using W = FloatWord<sizeof(scalar)>;
-    typename W::type acc = 0u;
-    for (int i = 0; i < count; ++i) {
-        typename W::type u = 0u;
-        __builtin_memcpy(&u, &v[i], sizeof u);
-        acc |= (u & W::kExp) + W::kExpOne;
+    if constexpr (kVectorUnit) {
+        using W = FloatWord<sizeof(scalar)>;
+        typename W::type acc = 0u;
+        for (int i = 0; i < count; ++i) {
+            typename W::type u = 0u;
+            __builtin_memcpy(&u, &v[i], sizeof u);
+            acc |= (u & W::kExp) + W::kExpOne;
+        }
+        return (acc & W::kTop) == 0u;
+    } else {   // scalar cores: one compare per entry (v - v is 0 only for finite v), stop at the first
+        bool ok = true;
+        for (int i = 0; i < count; ++i) ok = ok && (v[i] - v[i] == scalar(0));
+        return ok;
     }
-    return (acc & W::kTop) == 0u;
 }
 
 // dense: one affine layer on C channels. Channel 0 is the real path (gets the bias),
@@ -75,10 +82,14 @@ inline void dense_block(const Src& src, const scalar* __restrict wt, const scala
 template <int In, int Out, int C, typename Src>
 inline void dense_stream(const Src& src, const scalar* __restrict wt, const scalar* __restrict b,
                          scalar* __restrict out) noexcept {
-    for (int c = 0; c < C; ++c) {   // k = 0 starts each sum: b + w s (channel 0), 0 + w s (tangents)
-        const scalar s = src(c, 0);
-        scalar* __restrict o = out + c * Out;
-        for (int j = 0; j < Out; ++j) o[j] = (c == 0 ? b[j] : scalar(0)) + wt[j] * s;
+    {   // k = 0 starts each sum, b + w s (channel 0) or 0 + w s (tangents): no zero fill, no reload
+        const scalar s0 = src(0, 0);
+        for (int j = 0; j < Out; ++j) out[j] = b[j] + wt[j] * s0;
+        for (int c = 1; c < C; ++c) {
+            const scalar s = src(c, 0);
+            scalar* __restrict o = out + c * Out;
+            for (int j = 0; j < Out; ++j) o[j] = scalar(0) + wt[j] * s;
+        }
     }
     for (int k = 1; k < In; ++k) {
         const scalar* __restrict w = wt + k * Out;
