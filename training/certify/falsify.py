@@ -53,13 +53,8 @@ def boundary_states(problem: Problem, rng: np.random.Generator, count: int = BOU
         return np.empty((0, problem.n))
     if len(outside) == 0:
         return inside[np.argsort(level[level >= 0])[:count]]
-    a = inside[rng.integers(len(inside), size=count)]
-    b = outside[rng.integers(len(outside), size=count)]
-    for _ in range(30):                      # a stays inside, b outside
-        mid = 0.5 * (a + b)
-        ok = ce.set_level(problem, mid) >= 0
-        a = np.where(ok[:, None], mid, a)
-        b = np.where(ok[:, None], b, mid)
+    a = _bisect(problem, inside[rng.integers(len(inside), size=count)],
+                outside[rng.integers(len(outside), size=count)], 30)
     near = inside[np.argsort(level[level >= 0])[:count // 4]]
     return np.concatenate([a, near])
 
@@ -144,8 +139,14 @@ def _toward_edge(problem: Problem, x: np.ndarray) -> np.ndarray:
     """Each state moved halfway to the set's boundary along the segment to the domain's nearest
     corner (the tip of a set is where a held input overshoots first)."""
     corner = np.where(x - problem.lo < problem.hi - x, problem.lo, problem.hi)
-    a, b = x.copy(), corner
-    for _ in range(20):
+    return _bisect(problem, x.copy(), corner, 20)
+
+
+def _bisect(problem: Problem, inside: np.ndarray, outside: np.ndarray, steps: int) -> np.ndarray:
+    """Per row, the last midpoint still in the certified set on the segment from ``inside`` to
+    ``outside`` after ``steps`` halvings (the set's boundary, from within)."""
+    a, b = inside, outside
+    for _ in range(steps):
         mid = 0.5 * (a + b)
         ok = ce.set_level(problem, mid) >= 0
         a = np.where(ok[:, None], mid, a)
