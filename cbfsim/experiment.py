@@ -186,8 +186,10 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
         "controller": spec.controller, "model": str(onnx_path.name),
         "runs": int(runs), "steps": int(filtered.n_steps), "dt_control": dt_control, "t_final": t_final,
         # runs of the filtered batch that left the certified set or the certified domain: first step and state
-        "runs_left_certified_set": len({e["run"] for e in excursions if e["kind"] == "left_certified_set"}),
-        "runs_left_domain": len({e["run"] for e in excursions if e["kind"] == "left_domain"}),
+        # (None: no certificate holds, so there is no certified set or domain to leave)
+        "runs_left_certified_set": len({e["run"] for e in excursions if e["kind"] == "left_certified_set"})
+        if claim.holds else None,
+        "runs_left_domain": len({e["run"] for e in excursions if e["kind"] == "left_domain"}) if claim.holds else None,
         "excursions": excursions[:50],
         "face_rows": [face.label for face in claim.faces] if claim.holds else [],
         "min_constraint_filtered": min(min_f, min_s), "min_constraint_nominal": min_n,
@@ -252,8 +254,9 @@ def print_summary(summary: dict[str, Any]) -> None:
         ("min constraint, nominal", f"{summary['min_constraint_nominal']:.4g}"),
         ("runs leaving the set, filtered", summary["violations_filtered"]),
         ("runs leaving the set, nominal", summary["violations_nominal"]),
-        ("runs leaving the certified set / domain", f"{summary.get('runs_left_certified_set', 0)} / "
-                                                     f"{summary.get('runs_left_domain', 0)}"),
+        ("runs leaving the certified set / domain",
+         "n/a (no certificate holds)" if summary.get("runs_left_certified_set") is None
+         else f"{summary['runs_left_certified_set']} / {summary['runs_left_domain']}"),
         ("QP infeasible steps (slack active)", summary["qp_infeasible_steps"]),
         ("verifier: condition failures", summary["verify"]["condition_failures"]),
         ("verifier: containment failures", summary["verify"]["containment_failures"]),
