@@ -24,7 +24,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import numpy as np
 import sympy as sp
+from scipy import special
 
 from .base import ControlAffineSystem, Definition
 
@@ -39,6 +41,9 @@ class DubinsParams:
     x_goal: float = 2.5       # go_to_goal's target: straight through the obstacle from (-2.5, 0)
     y_goal: float = 0.0
     k_omega: float = 2.0      # nominal turn-rate gain on the body-frame bearing [1/s]
+    circling_slope: float = 0.04   # left_circling_margin: how fast its walls move with the heading [m/rad]
+    circling_focus: float = 4.0    # ... how sharply the walls' rise gathers at one heading
+    circling_clearance: float = 0.02   # ... and how far its walls keep off the full-left-safe edge [m]
 
 
 class Dubins(ControlAffineSystem):
@@ -74,8 +79,48 @@ class Dubins(ControlAffineSystem):
         )
 
 
+def _wall_profile(slope: float, focus: float, terms: int = 12):
+    """w(psi) >= 0, min 0, with w' = slope (2 sum_n I_n(focus)/I_0(focus) cos n psi): the
+    integral of a von Mises bump minus its mean, so w falls at the rate ``slope`` over more than
+    half the circle and rises steeply around psi = 0 (closed form, smooth, periodic)."""
+    n = np.arange(1, terms + 1)
+    coef = 2 * slope * special.iv(n, focus) / special.iv(0, focus) / n
+    grid = np.linspace(-np.pi, np.pi, 4097)
+    floor = float((np.sin(np.multiply.outer(grid, n)) @ coef).min())
+    return lambda psi: np.sin(np.multiply.outer(psi, n)) @ coef - floor
+
+
+def left_circling_margin(system: Dubins, x: np.ndarray) -> np.ndarray:
+    """A set of states the car can keep by circling left, with room to spare at every state of
+    its edge (``label_set`` for training: h >= 0 exactly where this is >= 0).
+
+    Why not the states a full left turn keeps safe?  In the coordinates of the left turning
+    circle's centre c = p + rho (-sin theta, cos theta), its speed is d/dt c = (v - rho omega)
+    (cos theta, sin theta), so full left (omega = omega_max) holds c still and every function of
+    c stays constant: that set, {r + rho <= |c| <= R - rho}, is held only with zero slack (its
+    edge has sup_u dh/dt = 0), and no filter margin certifies it.  This set moves its walls with
+    the heading psi = theta - angle(c) relative to c's bearing: the inner wall |c| = r + rho +
+    clearance + w(psi) falls with psi wherever the car heads inward (cos psi <= 0), so turning left raises
+    the margin there, and rises only where the car heads outward, where driving on does.  Its
+    outer wall is the same profile half a turn on.  With the defaults every edge state can raise
+    the margin by >= 0.069 m/s, and the set holds 87% of the full-left-safe states (measured by
+    sampling, tests/test_dubins.py).  The margin is (|c| - inner)(outer - |c|)/(outer - inner)
+    [m]: the distance to the nearer wall, roughly."""
+    p = system.params
+    rho = p.v / p.omega_max
+    x = np.asarray(x, dtype=np.float64)
+    cx = x[..., 0] - rho * np.sin(x[..., 2])
+    cy = x[..., 1] + rho * np.cos(x[..., 2])
+    dist = np.hypot(cx, cy)
+    psi = x[..., 2] - np.arctan2(cy, cx)
+    wall = _wall_profile(p.circling_slope, p.circling_focus)
+    inner = p.r + rho + p.circling_clearance + wall(psi)
+    outer = p.R - rho - p.circling_clearance - wall(psi + np.pi)
+    return (dist - inner) * (outer - dist) / (outer - inner)
+
+
 def dubins(**params: float) -> Dubins:
     return Dubins(DubinsParams(**params))
 
 
-__all__ = ["Dubins", "DubinsParams", "dubins"]
+__all__ = ["Dubins", "DubinsParams", "dubins", "left_circling_margin"]

@@ -25,8 +25,47 @@ RUNS, STEPS = 200, 10_000
 CHECK_INSTANTS = 3            # per period: the middle and the end (the start is the last period's end)
 
 
+EMBEDDING_OPS = {"Constant", "Slice", "Mul", "Sin", "Cos", "Concat"}    # the periodic (sin, cos) prefix
+
+
+class Embedding:
+    """x -> the network's input: each periodic coordinate i becomes (sin, cos)(2 pi x_i / P_i) in
+    place (written here from the definition, not taken from the compiler), with its chain rule."""
+
+    def __init__(self, n: int, periods: dict[int, float]):
+        self.n, self.periods = n, {int(i): float(p) for i, p in periods.items()}
+
+    def __call__(self, x):
+        cols = []
+        for i in range(self.n):
+            if i in self.periods:
+                w = 2 * np.pi / self.periods[i]
+                cols += [np.sin(w * x[:, i]), np.cos(w * x[:, i])] if isinstance(x, np.ndarray) else \
+                    [(w * x[:, i]).sin(), (w * x[:, i]).cos()]
+            else:
+                cols.append(x[:, i])
+        if isinstance(x, np.ndarray):
+            return np.stack(cols, axis=1)
+        import torch
+        return torch.stack(cols, dim=1)
+
+    def pull_back(self, x: np.ndarray, grad: np.ndarray) -> np.ndarray:
+        """d h / d x from d h / d (embedded input)."""
+        out, k = np.zeros((len(x), self.n)), 0
+        for i in range(self.n):
+            if i in self.periods:
+                w = 2 * np.pi / self.periods[i]
+                out[:, i] = w * (grad[:, k] * np.cos(w * x[:, i]) - grad[:, k + 1] * np.sin(w * x[:, i]))
+                k += 2
+            else:
+                out[:, i] = grad[:, k]
+                k += 1
+        return out
+
+
 def torch_net(onnx_path: Path):
-    """The ONNX network (Gemm, Softplus, ...) rebuilt as a float64 torch Sequential."""
+    """The ONNX network (Gemm, Softplus, ...) rebuilt as a float64 torch Sequential (after the
+    periodic embedding's ops, which ``Embedding`` computes)."""
     import onnx
     import torch
     from onnx import numpy_helper
@@ -46,6 +85,8 @@ def torch_net(onnx_path: Path):
             layers.append(lin)
         elif node.op_type == "Softplus":
             layers.append(torch.nn.Softplus())
+        elif node.op_type in EMBEDDING_OPS and not layers:
+            continue
         else:
             raise AssertionError(f"unexpected op {node.op_type}")
     return torch.nn.Sequential(*layers).double().eval()
@@ -55,13 +96,14 @@ class NumpyMLP:
     """The same network in plain numpy float64 (Gemm / Softplus only), with its gradient by hand:
     a second independent evaluation, cheap enough for 10,000 periods of 200 runs."""
 
-    def __init__(self, net):
+    def __init__(self, net, embedding: Embedding):
         import torch
         self.layers = [(m.weight.detach().numpy(), m.bias.detach().numpy()) if isinstance(m, torch.nn.Linear)
                        else None for m in net]
+        self.embedding = embedding
 
     def value_and_grad(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        a, slopes = x, []
+        a, slopes = self.embedding(x), []
         for layer in self.layers:
             if layer is None:               # softplus, stable; its derivative is the sigmoid
                 slopes.append(0.5 * (1.0 + np.tanh(0.5 * a)))
@@ -75,7 +117,7 @@ class NumpyMLP:
                 grad = grad * slopes.pop()
             else:
                 grad = grad @ layer[0]
-        return a[:, 0], grad
+        return a[:, 0], self.embedding.pull_back(x, grad)
 
 
 def level(net, system, x: np.ndarray, order: int, alpha1: float) -> np.ndarray:
@@ -91,7 +133,7 @@ def _check_against_autograd(net: NumpyMLP, onnx_path: Path, n: int) -> None:
     seq = torch_net(onnx_path)
     x = np.random.default_rng(1).normal(size=(64, n)) * 2
     X = torch.as_tensor(x).requires_grad_(True)
-    h = seq(X)[:, 0]
+    h = seq(net.embedding(X))[:, 0]
     (g,) = torch.autograd.grad(h.sum(), X)
     mine_h, mine_g = net.value_and_grad(x)
     np.testing.assert_allclose(mine_h, h.detach().numpy(), rtol=1e-12, atol=1e-12)
@@ -155,6 +197,14 @@ def adversarial(rows, faces, system, x, lo, hi, runs: np.ndarray) -> np.ndarray:
     return np.where(direction > 0, lo_u(system), hi_u(system))
 
 
+def wrap(x: np.ndarray, periods: dict[int, float], lo: np.ndarray) -> np.ndarray:
+    """Each periodic coordinate back into [lo_i, lo_i + P_i), as the simulator wraps it."""
+    x = np.array(x)
+    for i, p in periods.items():
+        x[..., i] = lo[i] + np.mod(x[..., i] - lo[i], p)
+    return x
+
+
 def lo_u(system):
     return np.asarray(system.u_min, float)
 
@@ -165,7 +215,7 @@ def hi_u(system):
 
 @pytest.mark.toolchain
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle"])
+@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle", "dubins"])
 def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name, cxx):
     from cbfsim.claim import load_claim
     from cbfsim.filters import CBFQP, HOCBFQP
@@ -182,7 +232,7 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
     claim = load_claim(card_path, card, system)
     assert claim.holds
     lib = compile_barrier(card.onnx_path(card_path), inputs=system.m, order=card.order)
-    net = NumpyMLP(torch_net(card.onnx_path(card_path)))
+    net = NumpyMLP(torch_net(card.onnx_path(card_path)), Embedding(system.n, system.periodic))
     alpha1 = card.gains.get("alpha1", 0.0)
     _check_against_autograd(net, card.onnx_path(card_path), system.n)
     dt = cert["dt"]
@@ -225,7 +275,7 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
         sol = solve_ivp(rhs, (0.0, dt), x.ravel(), method="DOP853", rtol=1e-10, atol=1e-12, args=(u,),
                         t_eval=np.linspace(0.0, dt, CHECK_INSTANTS))
         assert sol.success, sol.message
-        path = sol.y.T.reshape(CHECK_INSTANTS, RUNS, system.n)[1:]
+        path = wrap(sol.y.T.reshape(CHECK_INSTANTS, RUNS, system.n)[1:], system.periodic, dom_lo)
         flat = path.reshape(-1, system.n)
         lv = level(net, system, flat, card.order, alpha1).reshape(CHECK_INSTANTS - 1, RUNS)
         outside = ~np.all((path >= dom_lo) & (path <= dom_hi), axis=2)

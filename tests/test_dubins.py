@@ -140,3 +140,74 @@ def test_a_backup_input_of_the_wrong_length_is_refused_naming_the_field():
     from training.config import ConfigError, TrainConfig
     with pytest.raises(ConfigError, match="^backup_input must be 1 finite numbers"):
         TrainConfig(system="dubins", backup_input=[1.0, 2.0]).resolve(get_system("dubins"))
+
+
+@pytest.mark.parametrize("path, message", [
+    ("left_circling_margin", "^label_set must be an import path package.module:function"),
+    ("systems.dubins:no_such_set", "^label_set 'systems.dubins:no_such_set': cannot import it"),
+    ("systems.dubins:DubinsParams.v", "^label_set 'systems.dubins:DubinsParams.v': cannot import it"),
+])
+def test_a_label_set_that_is_not_an_importable_function_is_refused_naming_the_field(path, message):
+    from training.config import ConfigError, TrainConfig
+    with pytest.raises(ConfigError, match=message):
+        TrainConfig(system="dubins", label_set=path).resolve(get_system("dubins"))
+
+
+def _edge_states(car, count: int, seed: int) -> np.ndarray:
+    """States on the edge of left_circling_margin's set: random headings and bearings, the
+    distance found by bisection between a state inside and one outside the set."""
+    from systems.dubins import left_circling_margin
+    rng = np.random.default_rng(seed)
+    ang, th = rng.uniform(-math.pi, math.pi, (2, count))
+    along = np.stack([np.cos(ang), np.sin(ang), np.zeros(count)], axis=1)
+    base = np.stack([np.zeros(count), np.zeros(count), th], axis=1)
+    # the set is inside the ring: from 1.75 m (the ring's middle) outward and inward to its walls
+    edges = []
+    for inner in (True, False):
+        a, b = np.full(count, 1.75), np.full(count, 0.3 if inner else 3.2)
+        for _ in range(60):
+            mid = (a + b) / 2
+            inside = left_circling_margin(car, base + mid[:, None] * along) >= 0
+            a, b = np.where(inside, mid, a), np.where(inside, b, mid)
+        ok = left_circling_margin(car, base + a[:, None] * along) >= 0
+        edges.append((base + a[:, None] * along)[ok])
+    return np.concatenate(edges)
+
+
+def test_the_circling_label_set_can_be_held_with_slack_at_every_edge_state():
+    """Central differences of the margin along f + G u, u on a grid of the input box: at every
+    edge state some input raises it by >= 0.065 m/s (the full-left-safe set's edge has 0)."""
+    from systems.dubins import left_circling_margin
+    car = get_system("dubins")
+    X = _edge_states(car, 3000, seed=5)
+    assert len(X) > 4000 and np.all(np.abs(left_circling_margin(car, X)) < 1e-9)
+    eps, best = 1e-6, np.full(len(X), -np.inf)
+    for u in np.linspace(car.u_min[0], car.u_max[0], 81):
+        v = car.xdot(X, np.full((len(X), 1), u))
+        rate = (left_circling_margin(car, X + eps * v) - left_circling_margin(car, X - eps * v)) / (2 * eps)
+        best = np.maximum(best, rate)
+    assert best.min() >= 0.065, best.min()
+
+
+def test_the_circling_label_set_lies_inside_the_full_left_safe_states_and_holds_most_of_them():
+    """Full-left rollouts by scipy (not the trainer's RK4): every state of the set keeps the
+    ring for a whole turn, and the set holds >= 85% of the states that do."""
+    from scipy.integrate import solve_ivp
+
+    from systems.dubins import left_circling_margin
+    car = get_system("dubins")
+    X = _states(6000, seed=6)
+    X = X[car.constraint(X) >= 0]
+    turn = 2 * math.pi / car.params.omega_max
+
+    def rates(t: float, flat: np.ndarray) -> np.ndarray:       # every car at once, each on its own
+        states = flat.reshape(-1, 3)
+        return car.xdot(states, np.broadcast_to(car.u_max, (len(states), 1))).ravel()
+
+    sol = solve_ivp(rates, (0, turn), X.ravel(), method="DOP853", rtol=1e-10, atol=1e-12, dense_output=True)
+    path = sol.sol(np.linspace(0, turn, 1000)).T.reshape(1000, len(X), 3)
+    keep = car.constraint(path.reshape(-1, 3)).reshape(1000, len(X)).min(axis=0)
+    held = left_circling_margin(car, X) >= 0
+    assert np.all(keep[held] >= -1e-9), keep[held].min()
+    share = np.mean(held[keep >= 0])
+    assert share >= 0.85, share

@@ -83,6 +83,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action=NumberList, type=int_list, metavar="I,J,...", help=help_text)
         elif kind.startswith("list[float]"):
             group.add_argument(flag, action=NumberList, type=float_list, metavar="X1,X2,...", help=help_text)
+        elif kind.startswith("str"):
+            group.add_argument(flag, metavar="MODULE:FUNCTION", help=help_text)
         elif kind in ("int", "float"):
             group.add_argument(flag, type=int if kind == "int" else finite_float, metavar=kind.upper(),
                                help=help_text)

@@ -51,6 +51,7 @@ class TrainConfig:
     backup_dt: float = 0.01                                     # [s], RK4 with zero-order-hold input
     backup_hold: list[int] = field(default_factory=list)        # inputs the backup keeps at mid-box
     backup_input: list[float] | None = None                     # a constant backup input instead of the greedy law
+    label_set: str | None = None                                # module:function, a known held set instead of rollouts
 
     # margins (h units; condition margin in h units per second)
     safe_margin: float = 0.05
@@ -165,6 +166,21 @@ def _vector(cfg: TrainConfig, name: str, size: int) -> None:
         raise ConfigError(f"{name} must be {size} finite numbers, got {value!r}")
 
 
+def label_set_function(path: str):
+    """The callable ``(system, x) -> margin`` named by ``label_set`` ("package.module:function")."""
+    import importlib
+    module_name, _, attr = str(path).partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f"label_set must be an import path package.module:function, got {path!r}")
+    try:
+        fn = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"label_set {path!r}: cannot import it ({exc})") from None
+    if not callable(fn):
+        raise ConfigError(f"label_set {path!r} is not callable")
+    return fn
+
+
 def validate(cfg: TrainConfig, system) -> None:
     """Raise ConfigError naming the first invalid field."""
     n, m = system.n, system.m
@@ -230,6 +246,8 @@ def validate(cfg: TrainConfig, system) -> None:
         if (not mask or len(set(mask)) != len(mask)
                 or any(not isinstance(i, int) or not 0 <= i < n for i in mask)):
             raise ConfigError(f"input_mask must list distinct state indices in [0, {n}), got {mask!r}")
+    if cfg.label_set is not None:
+        label_set_function(cfg.label_set)
     if any(not isinstance(j, int) or not 0 <= j < m for j in cfg.backup_hold):
         raise ConfigError(f"backup_hold must list input indices in [0, {m}), got {cfg.backup_hold!r}")
     if cfg.order == 2:

@@ -19,6 +19,10 @@ FIELD_HELP: dict[str, str] = {
     "backup_dt": "RK4 step of the backup rollout [s] (input held over each step); lower it for fast dynamics",
     "backup_hold": "input indices the backup policy keeps at the middle of their box instead of steering "
                    "with them (e.g. a throttle that must not brake in the rollout)",
+    "label_set": "a set you know the input can hold, as package.module:function taking (system, x) and "
+                 "returning a margin per state (>= 0 inside): it replaces the backup rollouts for the safe/lost "
+                 "labels and the warm start (e.g. systems.dubins:left_circling_margin, a set held with slack "
+                 "where the full-left-safe set is held with none)",
     # margins
     "safe_margin": "safe-labelled states are trained to h >= this margin, not just h >= 0; raise it for a "
                    "set that keeps its safe states well inside",

@@ -25,7 +25,7 @@ import torch
 
 from .artifacts import CARD_NAME, CERT_NAME, CURVES_NAME, ONNX_NAME, atomic_directory, build_card, write_model_files
 from .check import CheckResult, check
-from .config import ConfigError, TrainConfig
+from .config import ConfigError, TrainConfig, label_set_function
 from .lie import lie_terms
 from .losses import barrier_loss
 from .network import MaskedBarrier
@@ -73,12 +73,19 @@ def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.r
     if cmax <= 0:
         raise ConfigError(f"domain: the {system.name} constraint is negative on all sampled states of "
                           f"[{list(lo)}, {list(hi)}]; nothing to certify")
-    low = np.full(len(x), -np.inf)
     inside = c >= 0
-    low[inside] = backup_margin(tools, x[inside], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
-                                cfg.backup_hold, cfg.backup_input)
-    lost = inside & (low < 0) if cfg.label_lost else np.zeros(len(x), dtype=bool)
-    pool = Pool.build(system, x, cfg.order, pos=low >= cfg.safe_fraction * cmax, neg=~inside, lost=lost)
+    if cfg.label_set is not None:            # a set known to be held: its margin m decides the labels,
+        m = np.asarray(label_set_function(cfg.label_set)(system, x), dtype=np.float64)
+        # with the gap h = m meets: safe at m >= safe_margin, lost at m <= -unsafe_margin
+        pos, lost = inside & (m >= cfg.safe_margin), inside & (m <= -cfg.unsafe_margin)
+    else:
+        low = np.full(len(x), -np.inf)
+        low[inside] = backup_margin(tools, x[inside], res.u_min, res.u_max, cfg.backup_horizon, cfg.backup_dt,
+                                    cfg.backup_hold, cfg.backup_input)
+        pos, lost = low >= cfg.safe_fraction * cmax, inside & (low < 0)
+    if not cfg.label_lost:
+        lost = np.zeros(len(x), dtype=bool)
+    pool = Pool.build(system, x, cfg.order, pos=pos, neg=~inside, lost=lost)
     return pool, cmax
 
 
@@ -92,6 +99,8 @@ def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg:
     Adam from 10x the training rate, decayed to 1x."""
     if cfg.warm_start_steps == 0:
         return
+    if cfg.label_set is not None:
+        return _fit_label_set(barrier, pool, tools, cfg, gen)
     x = pool.x.double().numpy()
     d = tools.signed_distance(x)
     d_ref = float(np.median(d[d > 0])) if np.any(d > 0) else 1.0
@@ -101,6 +110,37 @@ def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg:
     for _ in range(cfg.warm_start_steps):
         idx = torch.randint(len(pool), (cfg.batch_size,), generator=gen)
         loss = torch.mean((barrier(pool.x[idx]).squeeze(-1) - target[idx]) ** 2)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+
+
+def _fit_label_set(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg: TrainConfig,
+                   gen: torch.Generator) -> None:
+    """Warm start on a known held set: regress h and its gradient on the set's margin m
+    (clipped at its 90th percentile inside, gradient by central differences), both weighted toward the
+    edge.  The gradient carries the set's slack (how an edge state's input raises h); values
+    alone fit it too loosely for the condition to hold with margin there."""
+    x = pool.x.double().numpy()
+    margin_of = label_set_function(cfg.label_set)
+    m = np.asarray(margin_of(tools.system, x), dtype=np.float64)
+    cap = float(np.quantile(m[m > 0], 0.9)) if np.any(m > 0) else 1.0
+    step = 1e-6 * np.maximum(1.0, np.abs(x).max(axis=0))
+    grad = np.stack([(margin_of(tools.system, x + step[i] * e) - margin_of(tools.system, x - step[i] * e))
+                     / (2 * step[i]) for i, e in enumerate(np.eye(x.shape[1]))], axis=1)
+    grad[np.abs(m) > cap] = 0.0                                   # the clipped target is flat there
+    near = np.exp(-np.abs(m) / (0.3 * cap))
+    target, grad_t, near_t = (torch.as_tensor(a, dtype=pool.x.dtype) for a in (np.clip(m, -cap, cap), grad, near))
+    opt = torch.optim.Adam(barrier.parameters(), lr=3 * cfg.lr)
+    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.warm_start_steps)
+    for _ in range(cfg.warm_start_steps):
+        idx = torch.randint(len(pool), (cfg.batch_size,), generator=gen)
+        xb = pool.x[idx].clone().requires_grad_(True)
+        h = barrier(xb).squeeze(-1)
+        (g,) = torch.autograd.grad(h.sum(), xb, create_graph=True)
+        w = near_t[idx]
+        loss = torch.mean((h - target[idx]) ** 2 * (1 + 10 * w)) + torch.mean(((g - grad_t[idx]) ** 2).sum(-1) * w)
         opt.zero_grad()
         loss.backward()
         opt.step()

@@ -44,7 +44,7 @@ class Problem:
     model_hash: str
     relu_like: bool            # piecewise-linear network (ReLU pieces apply)
     smooth: bool               # every activation twice differentiable (Hessian enclosures exist)
-    backup: dict[str, Any] | None = None   # the card's backup rollout (horizon, dt, hold): which states count
+    backup: dict[str, Any] | None = None   # the card's backup rollout (horizon, dt, hold, input): which states count
     #                                        as backup-safe for the coverage the issue quotes
     margin: Margin = Margin()  # the filter margin's state scale (eps is the search's; see training/margin.py)
     faces: tuple = ()          # faces.Face: domain faces the filter enforces as rows (faces.py)
@@ -138,7 +138,8 @@ def reads_state(model, n: int) -> np.ndarray:
 def _backup(config: dict[str, Any]) -> dict[str, Any]:
     """The card's backup rollout, with the defaults ``cbfsim verify`` uses for its backup-safe share."""
     return {"horizon": float(config.get("backup_horizon", 2.0)), "dt": float(config.get("backup_dt", 0.01)),
-            "hold": [int(i) for i in config.get("backup_hold", [])]}
+            "hold": [int(i) for i in config.get("backup_hold", [])],
+            "input": config.get("backup_input")}
 
 
 def _plant_uses(system) -> np.ndarray:
