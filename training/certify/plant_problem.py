@@ -61,7 +61,11 @@ def plant_problem(model: Any, system: Any, *, order: int = 1, class_k: str | Non
     network, digest = load_network(model)
     problem = assemble(network, digest, plant, order=order, gains=gains, u_lo=plant.u_min, u_hi=plant.u_max,
                        lo=lo, hi=hi, dt=float(dt), config={}, where=f"system {plant.name!r}")
-    problem.spec = {"system": system if isinstance(system, str) else plant.name, "params": dict(params or {}),
+    problem.backup = None                    # no trainer's backup rollout: no backup-safe statistics
+    if not isinstance(system, str):          # an instance: its import path and its parameters, for the replay
+        import dataclasses
+        params = dataclasses.asdict(plant.params) if dataclasses.is_dataclass(plant.params) else {}
+    problem.spec = {"system": system if isinstance(system, str) else _import_path(plant), "params": dict(params or {}),
                     "order": order, "class_k": class_k, "domain_lo": lo.tolist(), "domain_hi": hi.tolist(),
                     "u_min": plant.u_min.tolist(), "u_max": plant.u_max.tolist(),
                     "constraint": str(plant.constraint_expr)}
@@ -77,3 +81,12 @@ def _bounds(given: Sequence[float] | None, default: np.ndarray, plant: Any, flag
     if not np.all(np.isfinite(values)):
         raise CertifyError(f"{flag} must be finite numbers, got {values.tolist()}")
     return values
+
+
+def _import_path(plant: Any) -> str:
+    """``module:Class`` of a plant instance (its built-in name when the registry knows it by that)."""
+    from systems.registry import BUILTIN
+    cls = type(plant)
+    if plant.name in BUILTIN and type(BUILTIN[plant.name]()) is cls:
+        return plant.name
+    return f"{cls.__module__}:{cls.__qualname__}"

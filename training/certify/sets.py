@@ -141,6 +141,7 @@ def apply_sets(problem: Any, initial_set: Sequence[Any] | None, unsafe_set: Sequ
         problem.plant = plant_enclosure(problem.system)
         problem.splittable = problem.read_by_network | _plant_uses(problem.system)
         problem.unsafe = describe(unsafe)
+        problem.backup = None               # the card's backup-safe statistics are about the plant's constraint
     problem.spec = dict(problem.spec, initial_set=[[lo.tolist(), hi.tolist()] for lo, hi in problem.initial],
                         unsafe_set=[[lo.tolist(), hi.tolist()] for lo, hi in unsafe], claim=scope)
     return problem
