@@ -262,3 +262,25 @@ def test_an_autonomous_plant_certifies_with_no_card(tmp_path):
         assert x1 + x2 ** 2 < 0 and h64(net.float(), c["x"])[0] >= 0
     with pytest.raises(CertifyError, match="class-K"):
         certify_module(net, "darboux", condition="boundary", class_k="linear:1")
+
+
+def test_an_autonomous_plant_certifies_a_hand_built_relu_barrier_closed(tmp_path):
+    """The autonomous sink of test_autonomous (m = 0; that file trains, certifies and simulates it
+    through a card): the polygon barrier turned inside out, h = c - P, certified with no card,
+    closed (the set reaches no face of D); checked along exact flows (scipy, float64)."""
+    from scipy.integrate import solve_ivp
+    from test_autonomous import Sink
+    net = barrier(leak=False, level=0.8)
+    with torch.no_grad():
+        net[4].weight.mul_(-1)
+        net[4].bias.mul_(-1)
+    s = Sink()
+    cert = certify_module(net, s, condition="boundary", time_limit=60)
+    assert cert.certified and cert.closed_in_domain and cert.scope == "closed", cert.summary()
+    rng = np.random.default_rng(3)
+    x0 = rng.uniform(-2, 2, size=(4000, 2))
+    x0 = x0[h64(net, x0) >= 0][:40]
+    assert len(x0) == 40
+    for start in x0:
+        sol = solve_ivp(lambda t, x: s.f(x), (0.0, 5.0), start, rtol=1e-10, atol=1e-12, max_step=0.01)
+        assert h64(net, sol.y.T).min() >= -1e-9 and s.constraint(sol.y.T).min() >= 0
