@@ -266,6 +266,8 @@ def _certify_parser() -> argparse.ArgumentParser:
 def certify_main(argv: Sequence[str]) -> int:
     parser = _certify_parser()
     args = parser.parse_args(argv)
+    if args.card is None and args.system is None:
+        parser.error("give the model card (model.json), or the plant with --system NAME|module:Class (no card)")
     return run_parsed(parser.prog, args, lambda: _certify(args))
 
 

@@ -246,17 +246,19 @@ def test_bad_input_is_refused_in_one_line(plant_dir, tmp_path):
 
 
 def test_an_autonomous_plant_certifies_with_no_card(tmp_path):
-    """Darboux (m = 0) with a hand-built linear barrier h = x1 + 0.5 (never trained by cbfsim) and
-    an unsafe box where it is negative: refused on the literature's own unsafe set (its
-    counterexample has x1 + x2^2 < 0 and h >= 0 in float64), certified for an unsafe box it
-    covers -- the plant's dynamics, no input, no card."""
+    """Darboux (m = 0, no card) with a hand-built linear barrier h = x1 + 0.5 (never trained by
+    cbfsim) and the plant's own initial set: refused on the literature's unsafe set (its
+    counterexamples have x1 + x2^2 < 0 and h >= 0 in float64), the initial set holding."""
     net = nn.Sequential(nn.Linear(2, 1))
     with torch.no_grad():
         net[0].weight.copy_(torch.tensor([[1.0, 0.0]]))
         net[0].bias.copy_(torch.tensor([0.5]))
-    cert = certify_module(net, "darboux", condition="boundary", scope="in-domain", time_limit=60)
+    cert = certify_module(net, "darboux", condition="boundary", scope="in-domain", time_limit=60,
+                          initial_set=["plant"])
     found = cert.conditions["containment"].counterexamples
     assert not cert.certified and found
+    assert cert.problem["initial_set"] == [[[0.0, 1.0], [1.0, 2.0]]]          # the plant's own: 0<=x1<=1, 1<=x2<=2
+    assert not cert.conditions["initial"].counterexamples                     # h = x1 + 0.5 >= 0.5 there
     for c in found:
         x1, x2 = c["x"]
         assert x1 + x2 ** 2 < 0 and h64(net.float(), c["x"])[0] >= 0
