@@ -300,7 +300,7 @@ class CertifyUsageError(CbfsimError, ValueError):
 
 def _replay(args: argparse.Namespace, problem_args: dict) -> int:
     """Re-evaluate one state (and held input) in float64 and print each condition's verdict."""
-    from training.certify.api import build_problem
+    from training.certify.build import build_problem
     from training.certify.replay import replay
     problem = build_problem(args.model, args.card, dt=args.dt, condition=args.condition, margin=args.margin,
                             **problem_args)
