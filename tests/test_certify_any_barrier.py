@@ -286,3 +286,30 @@ def test_an_autonomous_plant_certifies_a_hand_built_relu_barrier_closed(tmp_path
     for start in x0:
         sol = solve_ivp(lambda t, x: s.f(x), (0.0, 5.0), start, rtol=1e-10, atol=1e-12, max_step=0.01)
         assert h64(net, sol.y.T).min() >= -1e-9 and s.constraint(sol.y.T).min() >= 0
+
+
+def test_replay_of_a_held_input_against_scipy(plant_dir):
+    """``replay`` with a held input: a state just inside the set and the input the filter's row
+    admits there that pushes hardest toward the obstacle (gamma 100 lets h fall at 100 h), held for
+    0.05 s; its verdict on the sampled-data condition matches scipy's integration of the same hold
+    with torch float64's h, for a long hold (violated) and a short one (holds)."""
+    from scipy.integrate import solve_ivp
+    from holo_plant import Holonomic
+    from training.certify.build import build_problem
+    from training.certify.counterexamples import point_terms
+    from training.certify.replay import replay
+    net = barrier(leak=False)
+    s = Holonomic()
+    x = np.array([-0.30, 0.0])
+    assert 0 < h64(net, x)[0] < 0.2
+    for dt, violated in ((0.05, True), (0.002, False)):
+        problem = build_problem(net, system=s, class_k="linear:100", dt=dt)
+        t = point_terms(problem, x[None])
+        a, b = t["a"][0], t["b"][0]
+        u = np.array([1.0, 0.0])                          # toward the obstacle: a . u + b must stay >= 0
+        assert a @ u + b >= 1e-6, (a @ u + b)
+        lines, bad = replay(problem, x, u, margin=0.0)
+        sol = solve_ivp(lambda _, z: s.f(z) + s.G(z) @ u, (0.0, dt), x, rtol=1e-11, atol=1e-13, max_step=dt / 200)
+        reference = h64(net, sol.y.T).min() < 0
+        assert reference == violated and bad == violated, lines
+        assert any(line.strip().startswith("sampled_data " + ("VIOLATED" if violated else "holds")) for line in lines)
