@@ -22,9 +22,9 @@ from typing import Sequence
 
 import numpy as np
 
-from compiler.cli_errors import (EXIT_USAGE, NumberListAppend, OneLineParser, add_common_flags, check_can_create,
-                                 finite_float, float_list, nonnegative_float, output_directory, positive_float,
-                                 positive_int, run_parsed)
+from compiler.cli_errors import (EXIT_USAGE, NumberList, NumberListAppend, OneLineParser, add_common_flags, assignment,
+                                 check_can_create, finite_float, float_list, nonnegative_float, output_directory,
+                                 positive_float, positive_int, run_parsed)
 
 from compiler.errors import CbfsimError
 
@@ -182,7 +182,10 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 CERTIFY_HELP = """Prove a trained barrier safe, not just sample it: branch and bound over the card's domain
 with interval enclosures of the network (the very function the header computes, float32 rounding
 included) and of the plant. Proves containment, filter feasibility and the zero-order-hold loop at
-the control period; counterexamples are confirmed in float64. Exit status: 0 certified,
+the control period; counterexamples are confirmed in float64, each written with a one-line replay
+command. Any barrier: with no card, --system names the plant and its definition gives the rest
+(cbfsim certify h.onnx --system darboux --condition boundary --initial-set plant --claim in-domain).
+Exit status: 0 certified,
 3 not certified (counterexamples or undecided boxes listed), 1 error, 2 usage."""
 
 
@@ -192,9 +195,46 @@ DEFAULT_MAX_BOXES = 2_000_000    # = training.certify.api.DEFAULT_MAX_BOXES (a t
 
 def _certify_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="cbfsim certify", description=CERTIFY_HELP)
-    parser.add_argument("model", type=Path, help="the trained barrier network, an ONNX file (model.onnx)")
-    parser.add_argument("card", type=Path, help="its model card (model.json): the plant, input box, gains and "
-                                                "the domain to prove over")
+    parser.add_argument("model", type=Path, help="the barrier network, an ONNX file (model.onnx; trained by "
+                                                 "cbfsim or anywhere else)")
+    parser.add_argument("card", type=Path, nargs="?", default=None,
+                        help="its model card (model.json): the plant, input box, gains and the domain to prove "
+                             "over (default: none; then give the plant with --system)")
+    nocard = parser.add_argument_group("a barrier with no card (the plant's definition gives the input box, the "
+                                       "constraint and the domain)")
+    nocard.add_argument("--system", default=None,
+                        help="the plant: a built-in name (darboux, obstacle_avoidance, ...) or an import path "
+                             "module:Class of your own (default: none; the card's)")
+    nocard.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
+                        help="override one plant parameter, e.g. --param mu=1.5; repeat for more (default: the "
+                             "plant's Params)")
+    nocard.add_argument("--order", type=int, choices=(1, 2), default=None,
+                        help="1: a CBF, 2: a HOCBF (default: 1)")
+    nocard.add_argument("--class-k", default=None, metavar="linear:GAMMA",
+                        help="the filter's class-K function, linear:GAMMA (order 2: linear:ALPHA1,ALPHA2); needed "
+                             "by --condition filter, refused by --condition boundary (default: none)")
+    nocard.add_argument("--domain-lo", action=NumberList, type=float_list, metavar="X1,X2,...", default=None,
+                        help="lower corner of the domain D to prove over (default: the plant's domain)")
+    nocard.add_argument("--domain-hi", action=NumberList, type=float_list, metavar="X1,X2,...", default=None,
+                        help="upper corner of D (default: the plant's domain)")
+    sets = parser.add_argument_group("barrier-certificate sets and the claim's scope (with or without a card)")
+    sets.add_argument("--initial-set", action="append", default=None, metavar="LO1,...:HI1,...",
+                      help="a box where h >= 0 is asked, e.g. --initial-set=0,1:1,2 (write = before a negative "
+                           "number); 'plant': the plant's own initial_set; repeat for a union (default: none)")
+    sets.add_argument("--unsafe-set", action="append", default=None, metavar="LO1,...:HI1,...",
+                      help="a box where h < 0 is asked (its interior), replacing the plant's constraint; repeat "
+                           "for a union (default: none: unsafe where the plant's constraint fails)")
+    sets.add_argument("--claim", choices=("closed", "in-domain"), default="closed",
+                      help="closed: the certified set may not leave D through a face nothing keeps the states "
+                           "off (closure is proven), so the claim needs no domain; in-domain: closure is not "
+                           "asked and the certificate says the claim holds while the states stay in D, the "
+                           "literature's claim")
+    replay = parser.add_argument_group("replaying a counterexample (the certificate writes the command)")
+    replay.add_argument("--replay", action=NumberList, type=float_list, metavar="X1,X2,...", default=None,
+                        help="evaluate every condition at this state in float64 and print which is violated, "
+                             "instead of certifying; exit 3 when one is, 0 when none is (default: certify)")
+    replay.add_argument("--replay-u", action=NumberList, type=float_list, metavar="U1,U2,...", default=None,
+                        help="with --replay: the held input of a sampled-data counterexample (default: none)")
     parser.add_argument("--dt", type=nonnegative_float, default=None,
                         help="control period in seconds the zero-order-hold loop is proved for; use the period "
                              "the filter runs at (0: continuous time only; default: the card's config.dt_control, "
@@ -226,6 +266,8 @@ def _certify_parser() -> argparse.ArgumentParser:
 def certify_main(argv: Sequence[str]) -> int:
     parser = _certify_parser()
     args = parser.parse_args(argv)
+    if args.card is None and args.system is None:
+        parser.error("give the model card (model.json), or the plant with --system NAME|module:Class (no card)")
     return run_parsed(parser.prog, args, lambda: _certify(args))
 
 
@@ -234,14 +276,38 @@ def _certify(args: argparse.Namespace) -> int:
 
     if args.output is not None:                 # before the search, not after it
         check_can_create(args.output.parent)
+    problem_args = dict(system=args.system, order=args.order, class_k=args.class_k, domain_lo=args.domain_lo,
+                        domain_hi=args.domain_hi, params=dict(args.param) or None, initial_set=args.initial_set,
+                        unsafe_set=args.unsafe_set, scope=args.claim)
+    if args.replay is not None:
+        return _replay(args, problem_args)
+    if args.replay_u is not None:
+        raise CertifyUsageError("--replay-u goes with --replay (the state it is held at)")
     cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
-                   progress=sys.stderr.isatty(), max_boxes=args.max_boxes, condition=args.condition)
+                   progress=sys.stderr.isatty(), max_boxes=args.max_boxes, condition=args.condition,
+                   **problem_args)
     log.info(cert.summary())
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         cert.to_json(args.output)
         log.info(f"  wrote {args.output}")
     return 0 if cert.certified else EXIT_NOT_CERTIFIED
+
+
+class CertifyUsageError(CbfsimError, ValueError):
+    """A certify flag that goes only with another one."""
+
+
+def _replay(args: argparse.Namespace, problem_args: dict) -> int:
+    """Re-evaluate one state (and held input) in float64 and print each condition's verdict."""
+    from training.certify.build import build_problem
+    from training.certify.replay import replay
+    problem = build_problem(args.model, args.card, dt=args.dt, condition=args.condition, margin=args.margin,
+                            **problem_args)
+    lines, violated = replay(problem, args.replay, args.replay_u, args.margin or 0.0)
+    for line in lines:
+        print(line)
+    return EXIT_NOT_CERTIFIED if violated else 0
 
 
 COMMANDS = ("train", "verify", "compile", "simulate", "certify", "cache", "campaign")

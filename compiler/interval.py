@@ -482,14 +482,18 @@ def tan(x) -> Interval:
     return Interval(np.where(pole, -_INF, out.lo), np.where(pole, _INF, out.hi), check=False)
 
 
-def minimum(a, b) -> Interval:
+def minimum(a, b, *rest) -> Interval:
+    """min of two or more intervals (sympy prints Min(a, b, c) with every argument)."""
     a, b = as_interval(a), as_interval(b)
-    return Interval(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), check=False)
+    out = Interval(np.minimum(a.lo, b.lo), np.minimum(a.hi, b.hi), check=False)
+    return minimum(out, *rest) if rest else out
 
 
-def maximum(a, b) -> Interval:
+def maximum(a, b, *rest) -> Interval:
+    """max of two or more intervals (sympy prints Max(a, b, c) with every argument)."""
     a, b = as_interval(a), as_interval(b)
-    return Interval(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), check=False)
+    out = Interval(np.maximum(a.lo, b.lo), np.maximum(a.hi, b.hi), check=False)
+    return maximum(out, *rest) if rest else out
 
 
 def matmul(x, w: np.ndarray) -> Interval:

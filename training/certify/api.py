@@ -1,6 +1,7 @@
 """``certify``: the one entry point (the command line and the trainer call it)."""
 from __future__ import annotations
 
+import copy
 import os
 import platform
 import sys
@@ -13,7 +14,8 @@ from .branch import SearchResult, search
 from .certificate import Certificate, ConditionResult
 from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
-from .problem import CONDITIONS, CertifyError, Problem, load_problem
+from .build import build_problem
+from .problem import CertifyError, Problem
 
 DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
 START_MARGIN = 0.05               # the first margin tried when neither the card nor a certificate records one
@@ -26,10 +28,10 @@ COVERAGE_SAMPLES = 20_000
 DEFAULT_MAX_BOXES = 2_000_000     # `cbfsim certify --max-boxes` default (a test keeps the CLI's copy equal)
 
 
-def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = None,
+def certify(model: Any, card: Any = None, *, dt: float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
             max_boxes: int = DEFAULT_MAX_BOXES, min_width: float = 2.0 ** -30, progress: bool = False,
-            start_margin: float | None = None, condition: str = "filter") -> Certificate:
+            start_margin: float | None = None, condition: str = "filter", **problem_args: Any) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
@@ -45,27 +47,21 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
 
     ``condition="boundary"``: the continuous-time boundary (Nagumo) condition instead of the
     filter's (``conditions.py``): containment, and sup_u L_f h + L_G h . u >= 0 on {h = 0}, with
-    no class-K term and no margin; continuous time only (``dt`` None or 0), order 1."""
+    no class-K term and no margin; continuous time only (``dt`` None or 0), order 1.
+
+    No card: ``system=`` (a name, ``module:Class`` or a ControlAffineSystem) with ``order``,
+    ``class_k`` ("linear:GAMMA"), ``domain_lo``/``domain_hi`` (default: the plant's) and
+    ``params``; ``model`` may then be a torch module (``certify_module``).  With or without a
+    card: ``initial_set``/``unsafe_set`` (boxes, ``sets.py``), ``scope`` ("closed" or
+    "in-domain") and ``command`` (the command line the replay commands extend; see
+    ``build_problem``)."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
     if not (isinstance(max_boxes, int) and not isinstance(max_boxes, bool) and max_boxes >= 1):
         raise CertifyError(f"--max-boxes must be a whole number >= 1, got {max_boxes!r}")
-    if condition not in CONDITIONS:
-        raise CertifyError(f"--condition must be one of {', '.join(CONDITIONS)}, got {condition!r}")
+    problem = build_problem(model, card, dt=dt, condition=condition, margin=margin, **problem_args)
     if condition == "boundary":
-        if dt is not None and dt != 0:
-            raise CertifyError(f"--condition boundary is the continuous-time condition: it takes --dt 0, got --dt {dt:g}")
-        if margin not in (None, 0):
-            raise CertifyError(f"--condition boundary has no margin (it is 0), got --margin {margin:g}")
-        dt, margin = 0.0, 0.0
-    problem = load_problem(model, card, dt)
-    problem.condition = condition
-    if condition == "boundary":
-        if problem.order != 1:
-            raise CertifyError(f"--condition boundary is the order 1 condition on {{h = 0}}; the card has order {problem.order}")
-        if problem.faces:
-            raise CertifyError("--condition boundary takes no face rows (the card's config enforces faces, a filter's rows)")
-    _check_relative_degree(problem)
+        margin = 0.0
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
             raise CertifyError(f"--margin must be a finite number >= 0, got {margin}")
@@ -107,6 +103,7 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
             best = result = attempt
             break
         if attempt.counterexamples["containment"] or attempt.counterexamples["closure"] \
+                or attempt.counterexamples["initial"] \
                 or time.monotonic() > deadline:
             break                   # no margin changes containment or a leak through an open face
         walls.record(eps, attempt)
@@ -170,12 +167,31 @@ class MarginWalls:
         return "; ".join(parts)
 
 
+def certify_module(module: Any, system: Any, *, onnx_path: str | os.PathLike | None = None,
+                   **kwargs: Any) -> Certificate:
+    """``certify`` for a torch ``nn.Module`` (e.g. an ``nn.Sequential`` from any library) and a
+    plant, with no card: the module is read by the compiler's own torch frontend into the IR
+    (weights rounded to float32, as the header stores them).  ``onnx_path``: export it there
+    first (``training.network.export_onnx``) and certify that file, so the counterexamples'
+    replay commands can name it.  ``kwargs``: ``certify``'s (``order``, ``class_k``,
+    ``condition``, ``domain_lo``, ``initial_set``, ``unsafe_set``, ``scope``, ...)."""
+    model: Any = module
+    if onnx_path is not None:
+        from .problem import load_network
+        from training.network import export_onnx
+        n = load_network(module)[0].input_dim
+        model = export_onnx(copy.deepcopy(module), onnx_path, n)      # export_onnx casts in place
+    return certify(model, None, system=system, **kwargs)
+
+
 def _start_margin(problem: Problem, card: Any, given: float | None) -> tuple[float, bool]:
     """(the first margin to try, whether it was recorded): given, else the card's
     ``config.filter_margin``, else the margin of a certificate beside the card for the same model
     and period, else START_MARGIN (not recorded)."""
     if given is not None:
         return float(given), True
+    if card is None:
+        return START_MARGIN, False
     from training.model_card import load_card
     config = load_card(card).config
     recorded = config.get("filter_margin")
@@ -219,19 +235,6 @@ def _version() -> str:
 
 def _refuted(r: SearchResult) -> bool:
     return any(r.counterexamples.values())
-
-
-def _check_relative_degree(problem: Problem) -> None:
-    """Order 2 needs L_G h == 0: proven structurally -- every state an input drives directly
-    (G_ij not identically 0) is a state the network does not read (its first-layer column is 0)."""
-    if problem.order != 2:
-        return
-    s = problem.system
-    for i in range(s.n):
-        for j in range(s.m):
-            if s.G_expr[i, j] != 0 and problem.read_by_network[i]:
-                raise CertifyError(f"order 2 needs L_G h == 0, but the network reads {s.state_names[i]!r}, "
-                                   f"which input {s.input_names[j]!r} drives directly (relative degree 1)")
 
 
 def _progress_bar(eps: float):
@@ -303,6 +306,27 @@ def domain_coordinates(problem: Problem, r: SearchResult) -> list[dict[str, Any]
 
 
 def _claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float) -> str:
+    return _core_claim(problem, coordinates, eps) + _sets_claim(problem, coordinates)
+
+
+def _sets_claim(problem: Problem, coordinates: list[dict[str, Any]]) -> str:
+    """The barrier-certificate sets and the scope, as sentences appended to the claim."""
+    text = ""
+    if problem.unsafe:
+        text += f" The unsafe set is the open boxes {problem.unsafe} (given, replacing the plant's constraint)."
+    if problem.initial:
+        from .sets import describe
+        text += f" h >= 0 on the initial set {describe(problem.initial)}."
+    if problem.scope == "in-domain":
+        open_ = [c["name"] for c in coordinates if c["case"] == "open"]
+        text += (" Scope in-domain (--claim in-domain): closure through the faces of D was not asked (the "
+                 "barrier-certificate literature's claim, which holds while the states stay in D)." if open_ else
+                 " Scope in-domain (--claim in-domain): closure was not asked, but the certified set reaches no "
+                 "open face of D, so it is closed anyway.")
+    return text
+
+
+def _core_claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float) -> str:
     s = problem.system
     if problem.condition == "boundary":
         return _boundary_claim(problem, coordinates)
@@ -354,9 +378,14 @@ def _margin_text(problem: Problem, eps: float) -> str:
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]], wall: float,
                  walls: MarginWalls | None = None) -> Certificate:
-    conditions = {k: ConditionResult(proven=r.certified, counterexamples=r.counterexamples[k]) for k in NAMES}
+    from .replay import replay_command
+    names = [k for k in NAMES if k != "initial" or problem.initial]
+    for k in names:
+        for entry in r.counterexamples[k]:
+            entry["replay"] = replay_command(problem, dict(entry, margin=entry.get("margin", r.eps)))
+    conditions = {k: ConditionResult(proven=r.certified, counterexamples=r.counterexamples[k]) for k in names}
     if not r.certified:
-        for k in NAMES:
+        for k in names:
             conditions[k].proven = not r.counterexamples[k] and r.failing[k] == 0 and r.stopped in ("", "budget", "time") \
                 and r.undecided == 0
     coordinates = domain_coordinates(problem, r)
@@ -371,7 +400,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         coverage = min(1.0, inside / max(constraint_volume(problem), 1e-300))
     reason = ""
     if not r.certified:
-        blocking = [k for k in NAMES if r.counterexamples[k]] or [k for k in NAMES if r.failing[k]]
+        blocking = [k for k in names if r.counterexamples[k]] or [k for k in names if r.failing[k]]
         reason = (f"blocked by {', '.join(blocking) or 'the search limits'}"
                   + (f"; search ended early: {r.stopped}" if r.stopped else ""))
         if walls is not None and walls.describe():
@@ -388,4 +417,5 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         backup_safe_coverage=backup_share, margin_scale=problem.margin.scale,
         backup_safe_fraction=backup_fraction,
         sound_backup_share=(coverage / backup_fraction) if backup_fraction else None,
-        coordinates=coordinates, faces={f.name: {"gamma": f.gamma, "margin": f.margin} for f in problem.faces})
+        coordinates=coordinates, faces={f.name: {"gamma": f.gamma, "margin": f.margin} for f in problem.faces},
+        scope=problem.scope, problem=dict(problem.spec), command=problem.command)

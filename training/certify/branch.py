@@ -171,10 +171,14 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
             rel: np.ndarray, eps: float) -> np.ndarray:
     """Recheck candidates of the failing boxes in float64; mark boxes with a confirmed violation."""
     refuted = np.zeros(len(blo), dtype=bool)
-    point_fail = open_ & ((bounds.scores["containment"] < 0) | (bounds.scores["feasibility"] < 0))
+    point_fail = open_ & ((bounds.scores["containment"] < 0) | (bounds.scores["feasibility"] < 0)
+                          | (bounds.scores["initial"] < 0))
     idx = np.flatnonzero(point_fail)
     if len(idx):
         pts, owner = ce.candidates(blo[idx], bhi[idx])
+        if problem.initial:                      # the initial set's candidates: the same, clipped into it
+            from .sets import clip_into
+            pts, owner = np.concatenate([pts, clip_into(problem.initial, pts)]), np.concatenate([owner, owner])
         if problem.condition == "boundary":      # the Nagumo condition's candidates lie on {h = 0}
             on, on_owner = ce.to_zero_level(problem, pts, owner)
             inside = np.all((blo[idx][on_owner] <= on) & (on <= bhi[idx][on_owner]), axis=1)
@@ -248,7 +252,8 @@ def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: 
                 "feasibility": ("sup_u (L_f h + L_G h.u) on h = 0" if problem.condition == "boundary"
                                 else "sup_u (a.u + b) - margin"),
                 "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
-                "closure": "outward speed through an open face of the domain, from a state of the set"}[name]
+                "closure": "outward speed through an open face of the domain, from a state of the set",
+                "initial": "h (with x in the initial set)" if problem.order == 1 else "min(h, psi1) (with x in the initial set)"}[name]
     entry = {"x": [float(v) for v in x], "quantity": quantity, "value": float(value)}
     if u is not None:
         entry["u"] = [float(v) for v in u]

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-CONDITIONS = ("containment", "feasibility", "sampled_data", "closure")
+CONDITIONS = ("containment", "feasibility", "sampled_data", "closure", "initial")
 
 
 @dataclass
@@ -58,6 +58,11 @@ class Certificate:
     #                                           volume over the backup-safe (viable-set estimate) volume
     condition: str = "filter"                 # "filter" (the filter's row, margin, period) or "boundary"
     #                                           (continuous-time Nagumo on {h = 0}; api.certify)
+    scope: str = "closed"                     # "closed": closure through D's open faces was asked (no claim
+    #                                           needs D); "in-domain": not asked, the claim holds while in D
+    problem: dict[str, Any] = field(default_factory=dict)   # a problem with no card: plant, domain, class-K,
+    #                                           sets (initial_set, unsafe_set), claim scope
+    command: str = ""                         # the certify command line; each counterexample's "replay" extends it
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -85,13 +90,16 @@ class Certificate:
             for c in res.counterexamples[:3]:
                 extra = (f" u={_fmt(c['u'])}" if "u" in c else "") + (f" (margin {c['margin']:g})" if "margin" in c else "")
                 lines.append(f"    x={_fmt(c['x'])}{extra}: {c['quantity']} = {c['value']:.4g}")
+                if c.get("replay"):
+                    lines.append(f"      replay: {c['replay']}")
         b = self.boxes
         lines.append(f"  boxes: {b['proven']} proven, {b['refuted']} refuted, {b['undecided']} undecided "
                      f"({b['evaluated']} evaluated)")
         lines.append(f"  certified coverage {self.certified_coverage:.1%} (sound), "
                      f"{self.sampled_coverage:.1%} (sampled estimate)")
         if self.coordinates:
-            lines.append("  closed: " + ("yes" if self.closed_in_domain else "no") + " -- " +
+            lines.append("  closed: " + ("yes" if self.closed_in_domain else "no")
+                         + (" (scope in-domain: the claim holds while in D)" if self.scope == "in-domain" else "") + " -- " +
                          ", ".join(f"{c['name']} {c['case']}" for c in self.coordinates))
         if self.backup_safe_coverage is not None and self.certified:
             lines.append(f"  backup-safe states (the viable-set estimate) in the certified set: "

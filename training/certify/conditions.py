@@ -18,6 +18,11 @@ no margin; sampled data does not apply (+inf).  For a ReLU network the gradient 
 holds every adjacent piece's gradient, so this proves min over those gradients of the best
 input for each (the per-point generalized Nagumo form, not the filter's common-input form).
 
+``Problem.initial`` (barrier certificates, ``sets.py``) adds the initial-set condition: on
+boxes meeting the initial set, the lower bound of h (order 2: of min(h, psi1)) over the box
+must be >= 0.  ``Problem.scope == "in-domain"`` leaves no face open to closure (the claim
+then holds only while the states stay in D, as the literature's verifiers claim).
+
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
 bound is computed only on boxes that pass the other two (+inf on the rest, which are split).
@@ -35,7 +40,7 @@ from .sampled import admissible_slices, level_drop, min_over_admissible, row_rou
 from .faces import joint_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
-NAMES = ("containment", "feasibility", "sampled_data", "closure")
+NAMES = ("containment", "feasibility", "sampled_data", "closure", "initial")
 INPUT_SLICES = 8       # the input box cut along one input for the curvature bound (one jet evaluation)
 
 
@@ -113,7 +118,8 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     # them is split anyway, and its children are evaluated in full
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets & (feas >= 0) & (cont >= 0), eps_lo)
     clos = _closure(problem, box, plant, meets)
-    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos},
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos,
+                      "initial": _initial(problem, box, t32)},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
@@ -129,7 +135,8 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
-    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos},
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos,
+                      "initial": _initial(problem, box, t32)},
                      meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
                      t32.rounding)
 
@@ -163,9 +170,23 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     return score, worst_u
 
 
+def _initial(problem: Problem, box: Interval, t32: Terms) -> np.ndarray:
+    """Lower bound of h (order 2: min(h, psi1)) on the boxes meeting the initial set (+inf
+    elsewhere, and without an initial set): >= 0 proves h >= 0 on the set's part of the box."""
+    score = np.full(box.shape[0], np.inf)
+    if not problem.initial:
+        return score
+    from .sets import meets
+    low = t32.h.lo if problem.order == 1 else np.minimum(t32.h.lo, t32.psi1.lo)
+    return np.where(meets(problem.initial, box.lo, box.hi), low, score)
+
+
 def open_faces(problem: Problem) -> list[tuple[int, int]]:
     """(coordinate, side) of every face of D that nothing keeps the states off: not irrelevant
-    (something reads the coordinate), not periodic, not enforced by a face row."""
+    (something reads the coordinate), not periodic, not enforced by a face row.  None under
+    ``scope == "in-domain"``: closure is not asked there (the claim holds while in D)."""
+    if problem.scope == "in-domain":
+        return []
     enforced = {f.coord for f in problem.faces}
     return [(i, side) for i in range(problem.n) for side in (-1, 1)
             if problem.splittable[i] and i not in problem.periodic and i not in enforced]

@@ -75,19 +75,29 @@ def to_zero_level(problem: Problem, x: np.ndarray, owner: np.ndarray) -> tuple[n
 def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.ndarray]:
     """Per condition, the violated quantity's value at each state (nan where it holds)."""
     t = point_terms(problem, x)
+    initial = initial_violations(problem, x, t["level"])
     if problem.condition == "boundary":          # Nagumo on {h = 0}: no class-K term, no margin
         on = np.abs(t["h"]) <= ON_ZERO
         cont = np.where((t["level"] >= 0) & (t["constraint"] < 0), t["constraint"], np.nan)
         rate = t["b"] - problem.gains.get("gamma", 0.0) * t["h"] + \
             np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
-        return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan)}
+        return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan), "initial": initial}
     in_set = t["level"] >= 0
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
     sup = np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
     phi = t["b"] + sup
     eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
     feas = np.where(in_set & (phi < eps), phi - eps, np.nan)
-    return {"containment": cont, "feasibility": feas}
+    return {"containment": cont, "feasibility": feas, "initial": initial}
+
+
+def initial_violations(problem: Problem, x: np.ndarray, level: np.ndarray) -> np.ndarray:
+    """The level (h; order 2: min(h, psi1)) at states of the initial set where it is < 0, nan
+    elsewhere (``sets.py``; all nan without an initial set)."""
+    if not problem.initial:
+        return np.full(len(x), np.nan)
+    from .sets import inside
+    return np.where(inside(problem.initial, x) & (level < 0), level, np.nan)
 
 
 def closure_violations(problem: Problem, x: np.ndarray, coord: int, side: int, eps: float

@@ -36,7 +36,7 @@ LOCAL_KEEP = 32
 class Found:
     """Confirmed violations per condition: (x, value, u or None)."""
     items: dict[str, list[tuple[np.ndarray, float, Any]]] = field(
-        default_factory=lambda: {"containment": [], "feasibility": [], "sampled_data": [], "closure": []})
+        default_factory=lambda: {"containment": [], "feasibility": [], "sampled_data": [], "closure": [], "initial": []})
 
     def __bool__(self) -> bool:
         return any(self.items.values())
@@ -90,6 +90,8 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
     found = Found()
     x = boundary_states(problem, rng) if starts is None else np.asarray(starts, float)
     x = x[ce.set_level(problem, x) >= 0] if len(x) else x
+    if problem.initial and leaks:              # the initial set: h >= 0 asked on all of it
+        _initial_states(problem, rng, found)
     if len(x) == 0:
         return found
     if problem.condition == "boundary":          # the Nagumo condition's candidates lie on {h = 0}
@@ -133,6 +135,15 @@ def _leaks(problem: Problem, eps: float, rng: np.random.Generator, found: Found)
         speed, u = ce.closure_violations(problem, x, i, side, eps)
         for k in np.flatnonzero(~np.isnan(speed))[:ce_limit()]:
             found.items["closure"].append((x[k], float(speed[k]), u[k]))
+
+
+def _initial_states(problem: Problem, rng: np.random.Generator, found: Found) -> None:
+    """Sampled states of the initial set (and its boxes' corners) where h < 0 in float64."""
+    for lo, hi in problem.initial:
+        x = np.concatenate([rng.uniform(lo, hi, size=(FACE_STATES, problem.n)), ce.candidates(lo[None], hi[None])[0]])
+        bad = ce.initial_violations(problem, x, ce.point_terms(problem, x)["level"])
+        for k in np.flatnonzero(~np.isnan(bad))[:ce_limit()]:
+            found.items["initial"].append((x[k], float(bad[k]), None))
 
 
 def _toward_edge(problem: Problem, x: np.ndarray) -> np.ndarray:

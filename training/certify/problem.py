@@ -51,6 +51,12 @@ class Problem:
     periodic: dict = field(default_factory=dict)   # {coordinate: period}: wraps, so its faces are a seam
     condition: str = "filter"  # "filter": the filter's row on all of C (with its margin and period);
     #                            "boundary": the continuous-time Nagumo condition on {h = 0} (CONDITIONS)
+    initial: tuple = ()        # ((lo, hi), ...) boxes where h >= 0 is asked (barrier certificates; sets.py)
+    unsafe: str = ""           # "" the plant's constraint fails; else the text of the unsafe boxes (sets.py)
+    scope: str = "closed"      # "closed": the set may not leave D through an open face (closure asked);
+    #                            "in-domain": closure not asked, the claim holds while the states stay in D (SCOPES)
+    command: str = ""          # the command line that certifies this problem (the replay commands extend it)
+    spec: dict = field(default_factory=dict)   # what the certificate records of a problem given with no card
 
     @property
     def n(self) -> int:
@@ -62,6 +68,7 @@ class Problem:
 
 
 CONDITIONS = ("filter", "boundary")
+SCOPES = ("closed", "in-domain")
 
 PIECEWISE_LINEAR = {"relu", "leaky_relu", "hardtanh", "identity"}
 
@@ -70,9 +77,6 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
     """The problem from an ONNX path (None: the card's file beside the card) and a card
     (path, dict or ModelCard).  ``dt`` None: the card's ``config.dt_control`` if present, else
     0 (continuous time)."""
-    from compiler.activations import ACTIVATIONS
-    from compiler.api import load_model
-    from compiler.passes import canonicalize
     from systems import get_system
     from training.model_card import load_card
 
@@ -82,47 +86,77 @@ def load_problem(model_path: str | os.PathLike | None, card: Any, dt: float | No
         if not isinstance(source, (str, os.PathLike)):
             raise CertifyError("no model given and the card was not read from a file: pass the ONNX path")
         model_path = card.onnx_path(source)
-    path = Path(model_path)
-    if not path.is_file():
-        raise CertifyError(f"model file {path} not found")
-    model = canonicalize(load_model(path))
+    model, model_hash = load_network(model_path)
     system = get_system(card.system, **card.system_params)
     if list(system.state_names) != card.state_names or list(system.input_names) != card.input_names:
         raise CertifyError(f"card state/input names {card.state_names}/{card.input_names} do not match "
                            f"system {card.system!r}: {list(system.state_names)}/{list(system.input_names)}")
-    if model.input_dim != system.n:
-        raise CertifyError(f"the network reads {model.input_dim} inputs but system {card.system!r} has "
-                           f"{system.n} states")
-    kinds = {a.kind for a in model.hidden_activations()}
-    if card.order == 2 and kinds & (PIECEWISE_LINEAR - {"identity"}):
-        raise CertifyError(f"order 2 needs a twice differentiable network; activation "
-                           f"{sorted(kinds & PIECEWISE_LINEAR)[0]} is not")
     if dt is None:
         dt = float(card.config.get("dt_control", 0.0) or 0.0)
+    return assemble(model, model_hash, system, order=card.order, gains=card.gains, u_lo=card.u_min,
+                    u_hi=card.u_max, lo=card.domain_lo, hi=card.domain_hi, dt=dt, config=card.config,
+                    where="card config")
+
+
+def load_network(source: Any) -> tuple[Any, str]:
+    """(canonical IR, sha256) of an ONNX path, or of a torch ``nn.Module`` read through the
+    compiler's own torch frontend with its weights rounded to float32 (as the ONNX export and
+    the header store them; the hash is then the IR's weights').  An unsupported operation
+    raises the frontend's one-line ``UnsupportedOpError``."""
+    from compiler.api import load_model
+    from compiler.passes import canonicalize
+    if isinstance(source, (str, os.PathLike)):
+        path = Path(source)
+        if not path.is_file():
+            raise CertifyError(f"model file {path} not found")
+        return canonicalize(load_model(path)), hashlib.sha256(path.read_bytes()).hexdigest()
+    import copy
+    module = copy.deepcopy(source).float().eval() if hasattr(source, "float") else source
+    model = canonicalize(load_model(module))
+    digest = hashlib.sha256()
+    for layer in model.layers:
+        for name in ("weight", "bias"):
+            if isinstance(getattr(layer, name, None), np.ndarray):
+                digest.update(np.ascontiguousarray(getattr(layer, name), dtype=np.float64).tobytes())
+        digest.update(f"{type(layer).__name__}{getattr(layer, 'kind', '')}{getattr(layer, 'params', '')}".encode())
+    return model, digest.hexdigest()
+
+
+def assemble(model: Any, model_hash: str, system: Any, *, order: int, gains: dict[str, float], u_lo: Any, u_hi: Any,
+             lo: Any, hi: Any, dt: float, config: dict[str, Any], where: str) -> Problem:
+    """The problem from its parts (a card's, or a plant's with no card: plant_problem.py);
+    ``where`` names the source of ``config`` in a refusal."""
+    from compiler.activations import ACTIVATIONS
+    if model.input_dim != system.n:
+        raise CertifyError(f"the network reads {model.input_dim} inputs but system {system.name!r} has "
+                           f"{system.n} states ({', '.join(system.state_names)})")
+    kinds = {a.kind for a in model.hidden_activations()}
+    if order == 2 and kinds & (PIECEWISE_LINEAR - {"identity"}):
+        raise CertifyError(f"order 2 needs a twice differentiable network; activation "
+                           f"{sorted(kinds & PIECEWISE_LINEAR)[0]} is not")
     if not (np.isfinite(dt) and dt >= 0):
         raise CertifyError(f"--dt must be a finite number >= 0, got {dt}")
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    u_lo, u_hi = np.asarray(u_lo, float), np.asarray(u_hi, float)
     try:
-        margin = margin_from(0.0, card_scale(card.config))
-        margin.check_domain(system.n, card.domain_lo, card.domain_hi)
+        margin = margin_from(0.0, card_scale(config))
+        margin.check_domain(system.n, lo, hi)
     except MarginError as e:
-        raise CertifyError(f"card config: {e}") from None
+        raise CertifyError(f"{where}: {e}") from None
     plant = plant_enclosure(system)
-    lo, hi = np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float)
-    check_period(plant, float(dt), lo, hi, np.asarray(card.u_min, float), np.asarray(card.u_max, float))
+    check_period(plant, float(dt), lo, hi, u_lo, u_hi)
     read = reads_state(model, system.n)
     used = read | _plant_uses(system)
     periodic = {int(i): float(p) for i, p in (getattr(system, "periodic", None) or {}).items()}
     try:
-        faces = faces_from_config(system, card.config, lo, hi)
+        faces = faces_from_config(system, config, lo, hi)
     except FaceError as e:
-        raise CertifyError(f"card config: {e}") from None
-    return Problem(model=model, system=system, plant=plant, order=card.order,
-                   gains=card.gains, u_lo=np.asarray(card.u_min, float), u_hi=np.asarray(card.u_max, float),
-                   lo=lo, hi=hi, dt=float(dt),
-                   splittable=used, read_by_network=read,
-                   model_hash=hashlib.sha256(path.read_bytes()).hexdigest(),
+        raise CertifyError(f"{where}: {e}") from None
+    return Problem(model=model, system=system, plant=plant, order=order,
+                   gains=gains, u_lo=u_lo, u_hi=u_hi, lo=lo, hi=hi, dt=float(dt),
+                   splittable=used, read_by_network=read, model_hash=model_hash,
                    relu_like=kinds <= PIECEWISE_LINEAR,
-                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(card.config), margin=margin,
+                   smooth=all(ACTIVATIONS[k].smooth for k in kinds), backup=_backup(config), margin=margin,
                    faces=faces, periodic=periodic)
 
 
