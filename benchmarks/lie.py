@@ -24,9 +24,8 @@ Rows:
 4. Python binding (``compile_barrier(...).lie``/``lie2``): us per call for one state
    (float64 numpy in, floats/numpy out) and ns per state for a 1000-state batch (float64
    arrays in): median (and min) of 7 timeit repeats of ~50 ms after a warm-up call (3 x
-   20 ms with --quick). Beside the one-state call, in CPU time and interleaved: the float
-   entry (``float_entry``: floats in, a tuple out), a raw ctypes call of the library's
-   float32 entry with its pointers prepared (the floor of any ctypes binding) and an empty
+   20 ms with --quick). Beside the one-state call, in CPU time and interleaved: a raw
+   ctypes call of the library's float32 entry with its pointers prepared (the floor of any ctypes binding) and an empty
    ctypes call, and the binding's ratio to the raw call.
 5. torch (1 thread, as the compiled code): ``torch.autograd`` (h, grad by autograd.grad,
    L_f h = grad.f, L_G h = grad.G; double backward for the order-2 terms) and
@@ -286,16 +285,14 @@ def measure(p: dict, args) -> dict:
         ns = [float(v) for v in out.split()]
         r["c_ns"][tag] = (statistics.median(ns), min(ns), max(ns))
     single = [a[0] for a in parts]
-    # one state: the binding, its float entry, a raw ctypes call of the library's float32 entry
+    # one state: the binding, a raw ctypes call of the library's float32 entry
     # (float32 arrays and output allocated once, their addresses passed as ints) and an empty
     # ctypes call, each timed in CPU time (process_time: the machine may be shared), interleaved
     f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in single]
     out32 = np.empty(p["k"], np.float32)
     raw = lib._lib.cbf_lie if case.order == 1 else lib._lib.cbf_lie2
     pointers = [a.ctypes.data for a in f32] + [out32.ctypes.data, None]
-    floats = lib.float_entry(case.order)
-    flat = np.concatenate([a.ravel() for a in single]).tolist()
-    jobs = {"py_single": lambda: call(*single), "py_floats": lambda: floats(flat), "py_raw": lambda: raw(*pointers),
+    jobs = {"py_single": lambda: call(*single), "py_raw": lambda: raw(*pointers),
             "py_empty": lib._lib.cbf_abi_version}
     rounds = {k: [] for k in jobs}
     for _ in range(3):
@@ -376,16 +373,12 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         [binding(r, "py_single", 1e6, 2.0, lambda v: f"{v:.2f}") for r in results])
     row(f"Python binding, batch {STATES}: ns/state, median (min) (target ≤ 300)",
         [binding(r, "py_batch", 1e9, 300.0, lambda v: f"{v:.0f}") for r in results])
-    row("Python float entry (`float_entry`: a list of floats in, a tuple out), one state: µs/call [g]",
-        [f"{r['py_floats'][0] * 1e6:.2f} (min {r['py_floats'][1] * 1e6:.2f})" for r in results])
     row("raw ctypes call of the float32 entry (`cbf_lie`/`cbf_lie2`, pointers prepared): µs [g]",
         [f"{r['py_raw'][0] * 1e6:.2f} (min {r['py_raw'][1] * 1e6:.2f})" for r in results])
     row("empty ctypes call `cbf_abi_version()`: µs [g]", [f"{r['py_empty'][0] * 1e6:.2f}" for r in results])
     row("binding ÷ raw ctypes call, one state (target ≤ 1.5)",
         [f"{r['py_single'][0] / r['py_raw'][0]:.2f}× " + ("met ✓" if r['py_single'][0] <= 1.5 * r['py_raw'][0]
                                                          else "NOT MET ✗") for r in results])
-    row("float entry ÷ raw ctypes call, one state",
-        [f"{r['py_floats'][0] / r['py_raw'][0]:.2f}×" for r in results])
     for kind, name in (("autograd", "torch.autograd"), ("func", "torch.func (jvp, vmap)")):
         for batch in (1, STATES):
             for dt in ("float32", "float64"):
