@@ -119,7 +119,7 @@ def compiled_engine_rows(X0, T: int, dt: float, numpy_rate: float, repeats: int)
     wall_f = float(np.median([_wall(lambda: loop.barrier_only(states)) for _ in range(3)]))
     step_ns, call_ns = 1e9 * wall_e / (len(X0) * T), 1e9 * wall_f / len(states)
     ratio = step_ns / call_ns
-    return [f"Compiled engine (float32, margin {run.config.margin:g}, {len(X0):,} runs x {T:,} steps; median of "
+    return [f"Compiled engine (float32, margin {getattr(run.config.margin, 'eps', run.config.margin):g}, {len(X0):,} runs x {T:,} steps; median of "
             f"{max(1, repeats)}) against the barrier call alone (median of 3 passes over {len(states):,} states):",
             "",
             "| run | ns per state-step | state-steps/s | vs floor | vs numpy batch (c) |",

@@ -381,3 +381,15 @@ def test_compiled_barrier_closed_loop_matches_torch(cxx):
     got, want = barrier_terms(second, pendulum, X, order=2), barrier_terms(reference, pendulum, X, order=2)
     for name in ("h", "Lf", "Lg", "Lf2", "LgLf"):
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=1e-12, err_msg=name)
+    # one state goes through the library's single-state entry (issue 24): the same bits as
+    # that state inside the batch, and torch's terms to float64 accuracy
+    for dtype in ("double", "float"):
+        lib = second if dtype == "double" else CompiledBarrier(
+            runtime.compile_barrier(net, inputs=1, order=2, dtype="float"))
+        batch = barrier_terms(lib, pendulum, X, order=2)
+        for i in (0, 7):
+            one = barrier_terms(lib, pendulum, X[i:i + 1], order=2)
+            for name in ("h", "Lf", "Lg", "Lf2", "LgLf"):
+                assert same_bits(getattr(one, name), getattr(batch, name)[i:i + 1]), (dtype, name)
+                if dtype == "double":
+                    np.testing.assert_allclose(getattr(one, name)[0], getattr(want, name)[i], rtol=1e-10, atol=1e-12)
