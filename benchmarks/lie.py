@@ -364,7 +364,7 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         row("Ir/call `-O3 -march=native` against the pre-ABI header / best hand-written SIMD C",
             [(f"{fmt(r['ir']['O3n'])}: ≤ {fmt(HEADER_BEFORE_ABI[c.key])} "
               f"{'met ✓' if r['ir']['O3n'] <= HEADER_BEFORE_ABI[c.key] else 'NOT MET ✗'}; "
-              f"{r['ir']['O3n'] - HAND_SIMD[c.key]:+,} vs {fmt(HAND_SIMD[c.key])}")
+              f"{int(r['ir']['O3n'] - HAND_SIMD[c.key]):+,} vs {fmt(HAND_SIMD[c.key])}")
              if c.key in HAND_SIMD and r["ir"].get("O3n") else "—" for c, r in zip(cases, results)])
     row("published compiler Ir/call (-O3 -march=native / -O2)",
         [f"{fmt(c.published_o3)}{' [b]' if c.order == 2 else ''} / {fmt(c.published_o2) if c.published_o2 else '—'}"
