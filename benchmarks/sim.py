@@ -59,6 +59,7 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, help="trajectories in run (c) (default 1,000; quick 100)")
     p.add_argument("--repeats", type=int, default=5, help="repeats of the single-trajectory runs (median)")
     p.add_argument("--batch-repeats", type=int, default=1, help="repeats of the batched run (c)")
+    p.add_argument("--floor", action="store_true", help="only simulate against the hand loop (VdP OSQP, pendulum)")
     p.add_argument("--out", type=Path, help="also write the Markdown to this file")
     p.add_argument("--root", type=Path, default=REPO,
                    help="checkout to import cbfsim, systems, training and compiler from (default: this one)")
@@ -108,7 +109,7 @@ def compiled_engine_rows(X0, T: int, dt: float, numpy_rate: float, repeats: int)
     """(e) the compiled closed loop (cbfsim/engine.py, the firmware's step.hpp over the batch)
     beside (f) a C loop over the barrier call alone, the floor: ns per state-step, both ratios."""
     import numpy as np
-    from cbfsim.device.card import shipped_card_run
+    from cbfsim.card_run import shipped_card_run
     from cbfsim.engine import build_engine
     run = shipped_card_run("vdp", x0=tuple(X0[0]), dt=dt)
     loop = build_engine(run.model, run.config)
@@ -118,7 +119,7 @@ def compiled_engine_rows(X0, T: int, dt: float, numpy_rate: float, repeats: int)
     wall_f = float(np.median([_wall(lambda: loop.barrier_only(states)) for _ in range(3)]))
     step_ns, call_ns = 1e9 * wall_e / (len(X0) * T), 1e9 * wall_f / len(states)
     ratio = step_ns / call_ns
-    return [f"Compiled engine (float32, margin {run.config.margin:g}, {len(X0):,} runs x {T:,} steps; median of "
+    return [f"Compiled engine (float32, margin {getattr(run.config.margin, 'eps', run.config.margin):g}, {len(X0):,} runs x {T:,} steps; median of "
             f"{max(1, repeats)}) against the barrier call alone (median of 3 passes over {len(states):,} states):",
             "",
             "| run | ns per state-step | state-steps/s | vs floor | vs numpy batch (c) |",
@@ -129,6 +130,81 @@ def compiled_engine_rows(X0, T: int, dt: float, numpy_rate: float, repeats: int)
             "",
             f"- Target: a state-step costs <= 1.25x the barrier call alone: "
             f"**{'met' if ratio <= 1.25 else 'not met'}** ({ratio:.2f}x)."]
+
+
+def hand_loop(system, barrier, filt, controller: str, x0, T: int, dt: float, order: int):
+    """The floor ``simulate`` is measured against: a minimal loop written by hand on the same
+    work -- the system's nominal controller, the same compiled barrier (its adapter's
+    single-state entry, the terms the filter takes), the same filter object (its OSQP problem
+    updated in place, or the projection) and the same float RK4 twin -- recording x, u_nom,
+    u, h into preallocated arrays; no checks, timing, fate tracking or perturbation hooks."""
+    import numpy as np
+    from cbfsim.simulate import _integrate          # the float RK4 twin, else the array RK4
+    ctl, f, G, df = system.nominal(controller), system.f, system.G, system.df
+    filt.reset()
+    n, m = system.n, system.m
+    xs, us, un, hs = np.empty((T + 1, n)), np.empty((T, m)), np.empty((T, m)), np.empty(T + 1)
+    X = np.array([x0], dtype=np.float64)
+    xs[0] = X[0]
+    for k in range(T):
+        u_nom = ctl(X)
+        F, Gx = f(X), G(X)
+        terms = barrier.lie(X, F, Gx) if order == 1 else barrier.lie2(X, F, Gx, df(X, F), df(X, Gx))
+        u = filt.filter(X, u_nom, terms).u
+        X = _integrate(system, X, u, dt, 1)[0]
+        xs[k + 1], un[k], us[k], hs[k] = X[0], u_nom[0], u[0], terms.h[0]
+    hs[T] = barrier.value(X)[0]
+    return xs
+
+
+def floor_rows(cases: list, T: int, dt: float, repeats: int) -> tuple[list[str], dict[str, float]]:
+    """``simulate`` against ``hand_loop`` on the same work, one row per case, each pair's
+    repeats interleaved (simulate, hand, simulate, hand, ...) so load changes hit both; the
+    trajectories must be equal (the hand loop makes the same calls in the same order)."""
+    import numpy as np
+    from cbfsim.simulate import simulate
+    lines = [f"`simulate` against a hand-written loop on the same work ({T:,} steps; CPU seconds of the process, "
+             f"medians of {repeats} interleaved repeats, so other programs' load is not counted; the hand loop: same controller, barrier, filter and RK4, no checks or records "
+             "beyond x, u_nom, u, h):", "",
+             "| case | simulate s | hand loop s | ratio | same x |", "|---|---:|---:|---:|---|"]
+    ratios = {}
+    for label, system, barrier, filt, controller, x0, order in cases:
+        sim = lambda: simulate(system, barrier, filt, controller, x0, T * dt, dt, order=order)  # noqa: E731
+        hand = lambda: hand_loop(system, barrier, filt, controller, x0, T, dt, order)           # noqa: E731
+        sim(), hand()                                                   # warm-up
+        walls_s, walls_h = [], []
+        for _ in range(repeats):
+            walls_s.append(_cpu(sim))
+            walls_h.append(_cpu(hand))
+        same = np.array_equal(sim().x[0], hand())
+        ws, wh = statistics.median(walls_s), statistics.median(walls_h)
+        ratios[label] = ws / wh
+        lines.append(f"| {label} | {ws:.3f} | {wh:.3f} | {ws / wh:.2f}x | {'yes' if same else 'NO'} |")
+    lines += ["", "- Target: `simulate` <= 1.1x the hand loop: " + "; ".join(
+        f"{k} **{'met' if r <= 1.1 else 'not met'}** ({r:.2f}x)" for k, r in ratios.items()) + "."]
+    return lines, ratios
+
+
+def pendulum_case():
+    """The pendulum HOCBF (order 2) with the projection filter: the shipped model and its card's gains."""
+    from cbfsim.barriers import CompiledBarrier
+    from cbfsim.classk import Linear
+    from cbfsim.filters import HOCBFQP
+    from cbfsim.runtime import compile_barrier
+    from systems import get_system
+    onnx = REPO / "experiments" / "models" / "pendulum.onnx"
+    card = json.loads(onnx.with_suffix(".json").read_text())
+    system = get_system(card["system"], **card["system_params"])
+    barrier = CompiledBarrier(compile_barrier(onnx, inputs=1, order=2, name="pendulum"))
+    gains = card["class_k"]
+    filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver="projection")
+    return ("pendulum HOCBF, projection", system, barrier, filt, "pd", (0.0, 0.0), 2)
+
+
+def _cpu(fn) -> float:
+    t0 = time.process_time()
+    fn()
+    return time.process_time() - t0
 
 
 def _wall(fn) -> float:
@@ -156,6 +232,10 @@ def main(argv=None) -> int:
     X0 = np.random.default_rng(0).uniform(-2.0, 2.0, (B, 2))
     X0[0] = x0
     qp, proj = CBFQP(system), CBFProjection(system)
+    vdp_case = ("VdP, OSQP", system, barrier, CBFQP(system), "zero", tuple(x0), 1)
+    if args.floor:
+        print("\n".join(floor_rows([vdp_case, pendulum_case()], T, dt, args.repeats)[0]))
+        return 0
 
     def single(filt):
         return lambda: simulate(system, barrier, filt, "zero", x0, t_final, dt, order=1)
@@ -172,6 +252,7 @@ def main(argv=None) -> int:
     runs["c"] = timed(lambda: simulate_batch(system, barrier, CBFProjection(system), "zero", X0, t_final, dt),
                       args.batch_repeats)
 
+    floor, _ = floor_rows([vdp_case, pendulum_case()], T, dt, args.repeats)
     engine = compiled_engine_rows(X0, T, dt, T * B / runs["c"][1], args.batch_repeats)
     (ta, wall_a, parts_a, _), (tb, *_), (tc, wall_c, *_) = runs["a"], runs["b"], runs["c"]
     full = (T, B) == (10_000, 1_000)       # the targets are defined for the full run only
@@ -211,6 +292,8 @@ def main(argv=None) -> int:
         f"max |dx| = {dx_qp:.3g}, max |du| = {du_qp:.3g}.",
         f"- QP stats of (a) over its repeats: {qp_stats}; along (b) the filter changed u_nom on "
         f"{100 * active:.1f}% of the steps, min h = {np.nanmin(tb.h):.4f}.",
+        "",
+        *floor,
         "",
         *engine,
     ]

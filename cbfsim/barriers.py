@@ -274,14 +274,26 @@ class CompiledBarrier(_Checked):
 
     def lie2(self, x: np.ndarray, F: np.ndarray, G: np.ndarray, Dff: np.ndarray,
              DfG: np.ndarray) -> LieTerms2:
+        n, m = self.n, self.m
+        if type(x) is type(F) is type(G) is type(Dff) is type(DfG) is np.ndarray and self.order == 2 \
+                and x.shape == F.shape == Dff.shape == (1, n) and G.shape == DfG.shape == (1, n, m) \
+                and x.dtype == F.dtype == G.dtype == Dff.dtype == DfG.dtype == _F64:
+            # one state: the single-state entry, as in ``lie`` (same C function, same bits)
+            with _SINGLE_STATE_LOCK:
+                h, Lf, Lg, Lf2, LgLf = self.lib.lie2(x[0], F[0], G[0], Dff[0], DfG[0])
+            Lg1, LgLf1 = np.array([Lg], dtype=np.float64), np.array([LgLf], dtype=np.float64)
+            if Lg1.shape == LgLf1.shape == (1, m):
+                return LieTerms2(np.array([h], dtype=np.float64), np.array([Lf], dtype=np.float64), Lg1,
+                                 np.array([Lf2], dtype=np.float64), LgLf1)
+            return self._terms2(h, Lf, Lg, Lf2, LgLf, 1)
         X, F, G, Dff, DfG = self._inputs2(x, F, G, Dff, DfG)
         h, Lf, Lg, Lf2, LgLf = self.lib.lie2(X, F, G, Dff, DfG)
         return self._terms2(h, Lf, Lg, Lf2, LgLf, X.shape[0])
 
 
-def barrier_terms(barrier: Barrier, system: Any, x: Any, order: int = 1) -> LieTerms | LieTerms2:
-    """Evaluate f, G (and f'(x) f, f'(x) G for order 2) from ``system`` at the batch ``x``
-    and call the barrier once. Returns LieTerms (order 1) or LieTerms2 (order 2)."""
+def check_terms_call(barrier: Barrier, system: Any, order: int) -> None:
+    """The checks of ``barrier_terms`` that depend on neither the state nor the step (the
+    simulator makes them once per run): the order exists and the barrier has it, the shapes match."""
     if order not in (1, 2):
         raise ValueError(f"order must be 1 or 2, got {order!r}")
     if order > barrier.order:
@@ -289,6 +301,12 @@ def barrier_terms(barrier: Barrier, system: Any, x: Any, order: int = 1) -> LieT
     if (barrier.n, barrier.m) != (system.n, system.m):
         raise ShapeError(f"barrier has (n, m) = ({barrier.n}, {barrier.m}) but system "
                          f"{getattr(system, 'name', '?')!r} has ({system.n}, {system.m})")
+
+
+def barrier_terms(barrier: Barrier, system: Any, x: Any, order: int = 1) -> LieTerms | LieTerms2:
+    """Evaluate f, G (and f'(x) f, f'(x) G for order 2) from ``system`` at the batch ``x``
+    and call the barrier once. Returns LieTerms (order 1) or LieTerms2 (order 2)."""
+    check_terms_call(barrier, system, order)
     X = as_batch(x, system.n, "x")
     F = system.f(X)
     G = system.G(X)

@@ -129,15 +129,15 @@ def _digest(generated_dir: Path) -> str:
 
 
 def build_engine(model: Any, config: Any) -> CompiledLoop:
-    """Generate the headers for ``model`` and ``config`` (cbfsim.device.RunConfig), build the
+    """Generate the headers for ``model`` and ``config`` (cbfsim.firmware_config.RunConfig), build the
     engine library with firmware/Makefile, and load it. The build goes through the one build
     cache (``compiler.cache.get_or_build``, entries under ``engines/``): keyed by every source,
     the compiler, its version, the flags and what -march=native means on this CPU; published
     by rename; size and sha256 checked before dlopen; a damaged entry is rebuilt."""
     from compiler import cache
     from compiler.build import toolchain_identity
-    from .device import generate
-    from .device.toolchain import build, engine_toolchain
+    from .firmware_build import build, engine_toolchain
+    from .firmware_config import generate
     cxx, flags = engine_toolchain()
     # The engine reads neither the firmware's start state nor its step count (they come with
     # each run): fixed here, so that one library serves every batch and no state reaches the headers.
@@ -158,7 +158,7 @@ def simulate_card(card: str | Path, X0: Any, t_final: float, perturbation: Any =
     """Simulate B runs from X0 (B, n) of the model a card describes (its certified period and
     margin, the shipped runs' nominal controller; ``overrides``: RunConfig fields) in the
     compiled engine; float32 records widened to float64."""
-    from .device.card import shipped_card_run
+    from .card_run import shipped_card_run
     X0 = np.atleast_2d(np.asarray(X0, dtype=np.float64))
     run = shipped_card_run(card, **overrides)      # (its x0 is unused: the engine starts from X0)
     loop = build_engine(run.model, run.config)
@@ -217,7 +217,7 @@ def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0
     by the system -- as a RunConfig, built and run in the engine."""
     import dataclasses
     from .classk import Linear
-    from .device.config import RunConfig
+    from .firmware_config import RunConfig
     model = getattr(getattr(barrier, "lib", None), "source_model", None)
     if model is None:
         raise EngineError("engine='compiled' needs a barrier from cbfsim.runtime.compile_barrier")

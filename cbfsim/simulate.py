@@ -25,9 +25,9 @@ import numpy as np
 
 from compiler.errors import CbfsimError
 
-from .barriers import Barrier, ShapeError, as_batch, barrier_terms
+from .barriers import Barrier, ShapeError, as_batch, barrier_terms, check_terms_call
 from .classk import describe
-from .fate import classify, constraint_values, diverged, fault_cause
+from .fate import DIVERGENCE_BOUND, classify, constraint_values, diverged, fault_cause
 from . import _fast_sim
 from .filters.base import FilterResult, FilterStatus, SafetyFilter
 from .perturb import ActivePerturbation, Disturbed, Perturbation, PerturbationError, neutral_input
@@ -283,65 +283,148 @@ def simulate_batch(system: Any, barrier: Barrier | None, filter: SafetyFilter | 
             raise NonFiniteStateError(0, 0.0, X[first], first, finish(0))
         X[bad] = X_init[bad] = 0.0       # a finite stand-in the batch calls handle
 
+    # Everything that cannot change within the run is decided here, once (issue 24): the
+    # barrier's checks and entry, the perturbation's neutral paths, the record views. Each
+    # step then makes the calls a hand-written loop makes, in the same order (same bits).
+    terms_at = _terms_function(barrier, system, order)
+    noisy = pert is not None and bool(pert.noise.any())
+    second = order == 2 and terms_at is not None
+    u_shape = (B, m)
+    # step-major views of the records: step k writes whole rows r[k] (one index, no slice)
+    r_x, r_h, r_unom, r_u, r_slack, r_status, r_time, r_Lf, r_Lg = (
+        np.swapaxes(rec[key], 0, 1) for key in ("x", "h", "u_nom", "u", "slack", "status", "solve_time", "Lf", "Lg"))
+    r_Lf2, r_LgLf = (np.swapaxes(rec["Lf2"], 0, 1), np.swapaxes(rec["LgLf"], 0, 1)) if order == 2 else (None, None)
+    running = B - int(bad.sum())         # runs still alive (a Python int: no array reduction per step)
+    # One run of a one-input plant, the common single simulation: each step's values are
+    # appended as one tuple of Python floats (a fraction of the numpy assignments they stand
+    # for) and written into the records in one go (``_flush``, before ``finish``): the same
+    # float64 values. The clock's stamps are kept the same way and summed there.
+    lists: tuple[list, list] | None = ([], []) if B == 1 and m == 1 else None
+    step_row, term_row = (lists[0].append, lists[1].append) if lists is not None else (None, None)
+    stamps: list[tuple[float, ...]] = []
+    stamp, perf = stamps.append, time.perf_counter
+    asarray, F64 = np.asarray, np.float64
+    lie = barrier.lie if terms_at is not None and order == 1 else None
+    f, G = system.f, system.G
+
     for k in range(T):
-        if not alive.any():
+        if not running:
             break                         # nothing left to simulate (the record is blanked)
-        t0 = time.perf_counter()
+        t0 = perf()
         seen = X if pert is None else pert.measured(X, k, every)
-        u_nom = np.asarray(controller(seen), dtype=np.float64)
-        if u_nom.shape != (B, m):
+        u_nom = asarray(controller(seen), dtype=F64)
+        if u_nom.shape != u_shape:
             raise ShapeError(f"controller output: expected shape ({B}, {m}), got {u_nom.shape}")
-        t1 = time.perf_counter()
-        terms = barrier_terms(barrier, system, seen, order) if barrier is not None else None
-        t2 = time.perf_counter()
+        t1 = perf()
+        if lie is not None:              # order 1: barrier_terms' calls, inline
+            terms = lie(seen, f(seen), G(seen))
+        else:
+            terms = terms_at(seen) if terms_at is not None else None
+        t2 = perf()
         if filter is not None:
             res = filter.filter(seen, u_nom, terms)
         else:   # (the constant fields are only read: recording copies them)
             res = FilterResult(u=np.clip(u_nom, lo, hi), slack=zeros, status=all_ok, solve_time=zeros)
-        t3 = time.perf_counter()
-        u_now, d = res.u, None
-        if pert is not None:
+        t3 = perf()
+        u_now = res.u
+        if pert is None:
+            step = plant
+        else:
             u_now = _delayed(outputs, res.u, pert.delay, system)
             d = pert.disturbance(X, k, every, barrier, m)
-        step = plant if d is None else Disturbed(plant, d)
+            step = plant if d is None else Disturbed(plant, d if not faults else d[alive])
         if faults:                       # stopped runs are not integrated: their rows stay put
             X = X.copy()
-            step = step if d is None else Disturbed(plant, d[alive])
             X[alive], finite = _integrate(step, X[alive], u_now[alive], dt_int, substeps)
         else:
             X, finite = _integrate(step, X, u_now, dt_int, substeps)
         if wrap is not None:             # periodic coordinates back into [lo, lo + P) once per period
             X = wrap(X)
-        t4 = time.perf_counter()
-        clock["controller_s"] += t1 - t0
-        clock["barrier_s"] += t2 - t1
-        clock["filter_s"] += t3 - t2
-        clock["integration_s"] += t4 - t3
+        stamp((t0, t1, t2, t3, perf()))
 
-        rec["u_nom"][:, k], rec["u"][:, k] = u_nom, u_now
-        rec["slack"][:, k], rec["status"][:, k], rec["solve_time"][:, k] = res.slack, res.status, res.solve_time
-        if terms is not None:
-            h[:, k], rec["Lf"][:, k], rec["Lg"][:, k] = terms.h, terms.Lf, terms.Lg
-            if pert is not None and pert.noise.any():
-                h[:, k] = barrier.value(xs[:, k])      # safety is judged at the true state
-            if order == 2:
-                rec["Lf2"][:, k], rec["LgLf"][:, k] = terms.Lf2, terms.LgLf
-        xs[:, k + 1] = X
-        if not finite and (bad := diverged(X) & alive).any():
+        if lists is None:
+            r_unom[k], r_u[k] = u_nom, u_now
+            r_slack[k], r_status[k], r_time[k] = res.slack, res.status, res.solve_time
+            if terms is not None:
+                r_h[k], r_Lf[k], r_Lg[k] = terms.h, terms.Lf, terms.Lg
+                if noisy:
+                    r_h[k] = barrier.value(xs[:, k])       # safety is judged at the true state
+                if second:
+                    r_Lf2[k], r_LgLf[k] = terms.Lf2, terms.LgLf
+        else:                            # one value each (B = m = 1): the same float64s, as floats
+            step_row((u_nom.item(), u_now.item(), res.slack.item(), res.status.item(), res.solve_time.item()))
+            if terms is not None:
+                h_k = terms.h.item() if not noisy else barrier.value(xs[:, k]).item()
+                if second:
+                    term_row((h_k, terms.Lf.item(), terms.Lg.item(), terms.Lf2.item(), terms.LgLf.item()))
+                else:
+                    term_row((h_k, terms.Lf.item(), terms.Lg.item()))
+        r_x[k + 1] = X
+        if not finite and not _within_bound(X) and (bad := diverged(X) & alive).any():
             for i in np.flatnonzero(bad).tolist():
                 faults.append(_fault(i, k + 1, float(t[k + 1]), X[i], u_now[i]))
             fault_step[bad] = k + 1
             alive &= ~bad
+            running = int(alive.sum())
             if on_fault == "raise":
+                _flush(rec, lists, stamps, clock)
                 first = faults[0]["run"]
                 raise NonFiniteStateError(k + 1, t[k + 1], X[first], first, finish(k + 1))
             X[bad] = X_init[bad]          # a finite stand-in the batch calls already handled
 
-    if barrier is not None and alive.any():
+    _flush(rec, lists, stamps, clock)
+    if barrier is not None and running:
         t0 = time.perf_counter()
         h[:, T] = barrier.value(X)
         clock["barrier_s"] += time.perf_counter() - t0
     return finish(T)
+
+
+# the per-step records a single run of a one-input plant keeps as rows of floats (simulate_batch)
+STEP_ROW = ("u_nom", "u", "slack", "status", "solve_time")
+TERM_ROW = ("h", "Lf", "Lg", "Lf2", "LgLf")
+
+
+def _flush(rec: dict[str, Any], lists: tuple[list, list] | None, stamps: list, clock: dict[str, float]) -> None:
+    """Write what the loop kept in lists into the records (run 0 from step 0: each step's
+    STEP_ROW values, then TERM_ROW values) and sum the clock's stamps into ``clock``."""
+    for keys, rows in zip((STEP_ROW, TERM_ROW), lists or ()):
+        if rows:
+            columns = np.array(rows, dtype=np.float64)
+            for j, key in enumerate(keys[:columns.shape[1]]):
+                target = rec[key][0, :len(rows)]
+                target[...] = columns[:, j].reshape(target.shape)
+    if stamps:
+        spent = np.diff(np.array(stamps), axis=1).sum(axis=0).tolist()
+        clock.update(zip(("controller_s", "barrier_s", "filter_s", "integration_s"), spent))
+
+
+def _terms_function(barrier: Barrier | None, system: Any, order: int) -> Callable[[np.ndarray], Any] | None:
+    """``barrier_terms(barrier, system, ., order)`` for the loop's float64 (B, n) states, with
+    its checks made once here instead of every step (the same calls, so the same bits)."""
+    if barrier is None:
+        return None
+    check_terms_call(barrier, system, order)
+    f, G = system.f, system.G
+    if order == 1:
+        lie = barrier.lie
+        return lambda X: lie(X, f(X), G(X))
+    lie2, df, asarray, F64 = barrier.lie2, system.df, np.asarray, np.float64
+
+    def terms2(X: np.ndarray) -> Any:
+        F = asarray(f(X), dtype=F64)
+        Gx = G(X)
+        return lie2(X, F, Gx, df(X, F), df(X, asarray(Gx, dtype=F64)))
+    return terms2
+
+
+def _within_bound(X: np.ndarray) -> bool:
+    """Every entry finite and within fate.DIVERGENCE_BOUND (NaN compares false): the common
+    case after an array RK4 step, decided without numpy's reductions for a few states."""
+    if X.size <= 16:                     # (True implies every |x_i| <= the bound; NaN, inf: False)
+        return sum(map(abs, X.ravel().tolist())) <= DIVERGENCE_BOUND
+    with np.errstate(invalid="ignore"):
+        return bool((np.abs(X) <= DIVERGENCE_BOUND).all())
 
 
 def _wrapper(system: Any) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -86,3 +86,55 @@ def test_nothing_imports_upward():
                 if package in ALLOWED_IMPORTS and package not in allowed and module != "compiler.errors":
                     upward.append(f"{path.relative_to(root)}:{line} imports {module}")
     assert not upward, "imports against the data flow:\n" + "\n".join(upward)
+
+
+def _device_modules_after(code: str) -> list[str]:
+    """The cbfsim.device modules a fresh interpreter holds after running ``code``."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent
+    probe = code + "\nimport sys\nprint(sorted(m for m in sys.modules if m.split('.')[:2] == ['cbfsim', 'device']))"
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root,
+                            env={**__import__("os").environ, "PYTHONPATH": str(root)})
+    assert result.returncode == 0, result.stderr
+    return eval(result.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("module", ["cbfsim", "cbfsim.simulate", "cbfsim.engine", "cbfsim.firmware_config",
+                                    "cbfsim.firmware_build", "cbfsim.card_run"])
+def test_the_host_simulation_imports_nothing_from_the_device_package(module):
+    # issue 24: engine.py imported the config generator from cbfsim/device, whose reference.py
+    # imports simulate.py, which imports engine.py. The generator now lives below both.
+    assert _device_modules_after(f"import {module}") == []
+
+
+def test_a_host_simulation_and_the_engine_config_run_without_the_device_package(tmp_path):
+    # Not only the imports: one simulate() run and the compiled engine's headers (generated from
+    # a model card, as build_engine does) leave cbfsim.device unloaded.
+    code = f"""
+import numpy as np
+from cbfsim import simulate
+from cbfsim.barriers import AnalyticBarrier
+from cbfsim.filters import CBFProjection
+from systems import get_system
+plant = get_system("van_der_pol")
+h = AnalyticBarrier(lambda X: 4.0 - (X ** 2).sum(axis=1), lambda X: -2.0 * X, n=2, m=1)
+traj = simulate(plant, h, CBFProjection(plant), "zero", np.array([0.5, 0.0]), t_final=0.05, dt_control=1e-2)
+assert np.all(np.isfinite(traj.x)) and traj.x.shape == (1, 6, 2)
+from cbfsim.card_run import shipped_card_run
+from cbfsim.firmware_config import generate
+run = shipped_card_run("vdp")
+gen = generate(run.model, run.config, {str(tmp_path)!r})
+assert (gen.directory / "cbf_config.hpp").is_file()
+"""
+    assert _device_modules_after(code) == []
+
+
+def test_the_device_package_and_the_engine_share_one_config_generator():
+    import cbfsim.device as device
+    import cbfsim.firmware_config as config
+    assert device.RunConfig is config.RunConfig and device.DeviceConfigError is config.DeviceConfigError
+    import cbfsim.engine as engine
+    source = inspect.getsource(engine)
+    assert "from .firmware_config import generate" in source and ".device" not in source.replace("cbfsim.device", "")

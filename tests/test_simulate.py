@@ -157,6 +157,26 @@ class Angle(torch.nn.Module):
         return self.theta_max**2 - x[:, 0] ** 2
 
 
+def test_single_runs_hocbf_and_noise_records_equal_the_batch_paths():
+    # issue 24: a single run (B = m = 1) keeps each step's records as a row of floats and
+    # writes them once at the end; a batch assigns arrays every step. Both hold the same bits,
+    # at order 2 (Lf2, LgLf) and with measurement noise (h judged at the true state) too.
+    from cbfsim.perturb import Perturbation
+    system = get_system("inverted_pendulum")
+    barrier = TorchBarrier(Angle(system.params.theta_max), m=1, n=2)
+    X0 = np.array([[0.1, 0.0], [-0.2, 0.3]])
+    for pert in (None, Perturbation(noise=(0.01, 0.02), seed=5)):
+        filt = HOCBFQP(system, Linear(2.0), Linear(4.0), solver="projection")
+        batch = simulate_batch(system, barrier, filt, "pd", X0, 0.3, 0.01, perturbation=pert)
+        for i, x0 in enumerate(X0):
+            one = simulate(system, barrier, filt, "pd", x0, 0.3, 0.01, perturbation=pert,
+                           run_seed=None if pert is None else pert.seed + i)
+            for name in ("x", "u", "u_nom", "h", "Lf", "Lg", "Lf2", "LgLf", "slack", "status"):
+                assert same_bits(getattr(one, name)[0], getattr(batch, name)[i]), (name, pert)
+            timing = one.metadata["timing"]
+            assert all(timing[k] >= 0 for k in ("controller_s", "barrier_s", "filter_s", "integration_s"))
+
+
 def test_hocbf_psi1_derivative_model_is_second_order_accurate():
     """d psi1/dt along the closed loop equals Lf2 + LgLf u + alpha1'(h) Lf h (trapezoid over
     each held step, error O(dt^2)); dropping alpha1'(h) Lf h leaves an O(1) mismatch."""
@@ -361,3 +381,15 @@ def test_compiled_barrier_closed_loop_matches_torch(cxx):
     got, want = barrier_terms(second, pendulum, X, order=2), barrier_terms(reference, pendulum, X, order=2)
     for name in ("h", "Lf", "Lg", "Lf2", "LgLf"):
         np.testing.assert_allclose(getattr(got, name), getattr(want, name), rtol=1e-10, atol=1e-12, err_msg=name)
+    # one state goes through the library's single-state entry (issue 24): the same bits as
+    # that state inside the batch, and torch's terms to float64 accuracy
+    for dtype in ("double", "float"):
+        lib = second if dtype == "double" else CompiledBarrier(
+            runtime.compile_barrier(net, inputs=1, order=2, dtype="float"))
+        batch = barrier_terms(lib, pendulum, X, order=2)
+        for i in (0, 7):
+            one = barrier_terms(lib, pendulum, X[i:i + 1], order=2)
+            for name in ("h", "Lf", "Lg", "Lf2", "LgLf"):
+                assert same_bits(getattr(one, name), getattr(batch, name)[i:i + 1]), (dtype, name)
+                if dtype == "double":
+                    np.testing.assert_allclose(getattr(one, name)[0], getattr(want, name)[i], rtol=1e-10, atol=1e-12)

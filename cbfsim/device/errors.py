@@ -3,14 +3,11 @@ from __future__ import annotations
 
 from compiler.errors import CbfsimError
 
+from ..firmware_config import DeviceConfigError  # noqa: F401  (raised by the config and card layers)
+
 
 class DeviceError(CbfsimError, RuntimeError):
     """A firmware run failed or printed something the protocol does not allow."""
-
-
-class DeviceConfigError(CbfsimError, ValueError):
-    """A device run that cannot be configured as asked: a model card that does not match its
-    plant, a missing nominal controller or x0, an unknown run option (the message names it)."""
 
 
 class DeviceLogError(DeviceError, ValueError):

@@ -1,67 +1,16 @@
-"""Build a firmware target with ``firmware/Makefile`` and run it (QEMU for the Cortex-M
-targets, always with a timeout and ``-icount shift=0`` so SysTick counts are repeatable)."""
+"""Run a built firmware target (QEMU for the Cortex-M targets, always with a timeout and
+``-icount shift=0`` so SysTick counts are repeatable); building is cbfsim/firmware_build.py."""
 from __future__ import annotations
 
 import subprocess
 from pathlib import Path
 
-from compiler.errors import ToolchainError
-
-from .config import Generated
+from ..firmware_build import FIRMWARE_DIR, INSTALL, build, engine_toolchain, require_tool
 from .errors import DeviceError
 
-FIRMWARE_DIR = Path(__file__).resolve().parents[2] / "firmware"
-INSTALL = {
-    "host": "apt-get install -y g++",
-    "m4": "apt-get install -y gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm",
-    "m7": "apt-get install -y gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm",
-    "xtensa": "apt-get install -y gcc-xtensa-lx106",
-}
+__all__ = ["FIRMWARE_DIR", "INSTALL", "QEMU_MACHINE", "build", "engine_toolchain", "require_tool", "run", "run_command"]
+
 QEMU_MACHINE = {"m4": "mps2-an386", "m7": "mps2-an500"}
-
-
-def _tool(target: str, tool: str) -> None:
-    import shutil
-    if shutil.which(tool) is None:
-        raise ToolchainError(f"{tool} not found; install it with: {INSTALL[target]}")
-    if shutil.which("make") is None:
-        raise ToolchainError("make not found; install it with: apt-get install -y make")
-
-
-def build(target: str, generated: Generated | None, out_dir: str | Path, modes: int = 3) -> Path:
-    """Build ``target`` (host, m4, m7, xtensa, filter-check, qp-check or engine) with firmware/Makefile."""
-    tools = {"host": "g++", "filter-check": "g++", "qp-check": "g++", "engine": "g++", "m4": "arm-none-eabi-g++",
-             "m7": "arm-none-eabi-g++",
-             "xtensa": "xtensa-lx106-elf-g++"}
-    if target not in tools:
-        raise ValueError(f"unknown target {target!r}; choose from {', '.join(tools)}")
-    _tool(target if target in INSTALL else "host", tools[target])
-    out = Path(out_dir).resolve()
-    command = ["make", "--no-print-directory", "-C", str(FIRMWARE_DIR), f"OUT={out}", f"MODES={modes}", target]
-    if generated is not None:
-        command.insert(-1, f"GEN={generated.directory.resolve()}")
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise ToolchainError(f"building {target} failed", command, result.stdout + result.stderr)
-    return out / {"host": "host/fw_host", "filter-check": "host/filter_check", "qp-check": "host/qp_check",
-                  "engine": "host/libcbf_engine.so",
-                  "m4": "m4/fw.elf",
-                  "m7": "m7/fw.elf", "xtensa": "xtensa/app.o"}[target]
-
-
-def engine_toolchain() -> tuple[str, tuple[str, ...]]:
-    """The compiler (resolved path) and flags ``make engine`` uses, read from firmware/Makefile
-    (its ``engine-flags`` target), so that the engine's cache key holds exactly them."""
-    import shlex
-    import shutil
-    _tool("host", "g++")
-    command = ["make", "-s", "--no-print-directory", "-C", str(FIRMWARE_DIR), "engine-flags"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    words = shlex.split(result.stdout.strip()) if result.returncode == 0 else []
-    compiler = shutil.which(words[0]) if words else None
-    if compiler is None:
-        raise ToolchainError("firmware/Makefile gave no engine compiler", command, result.stdout + result.stderr)
-    return compiler, tuple(words[1:])
 
 
 def run_command(target: str, program: str | Path) -> list[str]:
@@ -75,7 +24,7 @@ def run_command(target: str, program: str | Path) -> list[str]:
 def run(target: str, program: str | Path, timeout: float = 120.0) -> str:
     """Run and return stdout; a nonzero exit or a timeout raises DeviceError."""
     if target in QEMU_MACHINE:
-        _tool(target, "qemu-system-arm")
+        require_tool(target, "qemu-system-arm")
     if not Path(program).exists():  # QEMU idles forever on a missing ELF
         raise DeviceError(f"{program} does not exist")
     command = run_command(target, program)
