@@ -38,6 +38,8 @@
 #ifndef CBF_FACE_FILTER_HPP
 #define CBF_FACE_FILTER_HPP
 
+#include <cstdint>
+
 #include "filter.hpp"
 #include "filter_status.hpp"
 
@@ -47,8 +49,51 @@ using cbf_filter::clip;
 using cbf_filter::is_finite;
 using cbf_filter::magnitude;
 
-inline float square_root(float v) noexcept { return __builtin_sqrtf(v); }   // an FPU instruction
-inline double square_root(double v) noexcept { return __builtin_sqrt(v); }
+// sqrt(v) for float, IEEE correctly rounded (so the bits of an FPU's sqrt) in integer arithmetic:
+// no libm call and no FPU needed (a core without one, e.g. the lx106, would call sqrtf).
+// The 24-bit root comes with a round bit from the bit-by-bit integer root of the mantissa
+// shifted to [2^48, 2^50), and a sticky bit from its remainder.
+inline float square_root(float v) noexcept {
+    std::uint32_t bits;
+    __builtin_memcpy(&bits, &v, sizeof bits);
+    if (v == 0.0f || !(v > 0.0f) || !(v - v == 0.0f)) return v == 0.0f ? v : (v > 0.0f ? v : (v - v) / (v - v));
+    std::int32_t e = static_cast<std::int32_t>(bits >> 23);
+    std::uint64_t m = bits & 0x7fffffu;
+    if (e == 0) {                                   // subnormal: normalise the mantissa
+        e = 1;
+        while ((m & 0x800000u) == 0) {
+            m <<= 1;
+            --e;
+        }
+    } else {
+        m |= 0x800000u;
+    }
+    const std::int32_t unbiased = e - 127;          // v = m 2^(unbiased - 23), m in [2^23, 2^24)
+    const int shift = ((unbiased - 23 - 25) & 1) ? 26 : 25;
+    std::uint64_t op = m << shift, root = 0, one = std::uint64_t{1} << 62;
+    while (one > op) one >>= 2;
+    while (one != 0) {
+        if (op >= root + one) {
+            op -= root + one;
+            root = (root >> 1) + one;
+        } else {
+            root >>= 1;
+        }
+        one >>= 2;
+    }
+    std::uint64_t q = root >> 1;                    // root in [2^24, 2^25): 24 bits and a round bit
+    if ((root & 1u) != 0 && (op != 0 || (q & 1u) != 0)) ++q;
+    std::int32_t p = (unbiased - 23 - shift) / 2 + 1;      // sqrt(v) = q 2^p
+    if (q == (std::uint64_t{1} << 24)) {
+        q >>= 1;
+        ++p;
+    }
+    const std::uint32_t out = (static_cast<std::uint32_t>(p + 23 + 127) << 23) | (static_cast<std::uint32_t>(q) & 0x7fffffu);
+    float r;
+    __builtin_memcpy(&r, &out, sizeof r);
+    return r;
+}
+inline double square_root(double v) noexcept { return __builtin_sqrt(v); }   // host checks only
 
 constexpr int pow3(int p) noexcept {
     int r = 1;
