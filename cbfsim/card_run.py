@@ -42,7 +42,8 @@ CARD_KEYS: dict[str, str] = {
     "system_origin": "checked: the plant resolves through systems.get_system",
     "schema": "checked by training.model_card",
     "seed": "provenance (the training seed)",
-    "config": "config.dt_control -> RunConfig.dt (the certified hold period) when present; else provenance",
+    "config": "config.dt_control -> RunConfig.dt (the certified hold period) when present; else provenance "
+              "(the face rows come from the certificate: RunConfig.faces)",
     "training": "provenance (training history)",
     "verification": "provenance (the sampled verification; reported in the summary)",
 }
@@ -111,6 +112,17 @@ def check_card_matches_plant(card: Any, plant: Any) -> None:
                                     "for the card's system_params")
 
 
+def certified_faces(certificate: dict[str, Any] | None, card: Any) -> tuple:
+    """The face rows a certifying certificate was proven with (its ``faces``, over the card's
+    domain), which the firmware's filter must enforce for the run to be inside the claim."""
+    if not (certificate and certificate.get("certified") and certificate.get("faces")):
+        return ()
+    from systems import get_system
+    from training.certify.faces import faces_from_config
+    return faces_from_config(get_system(card.system, **card.system_params), {"faces": certificate["faces"]},
+                             np.asarray(card.domain_lo, float), np.asarray(card.domain_hi, float))
+
+
 def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[float] | None,
              defaults: dict[str, Any] | None = None, **overrides: Any) -> CardRun:
     """The device run a model card describes, with ``nominal`` and ``x0`` (not in cards) and
@@ -118,7 +130,7 @@ def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[
     top, and ``defaults`` (RunConfig fields, or t_final: steps = t_final / dt) under the card.
     dt is the card's certified hold (config.dt_control) when it has one; the filter margin is
     the certificate's when it certifies (cbfsim.preflight.certified_margin), as in the
-    experiments. Raises DeviceConfigError / CardError with one line naming the problem."""
+    experiments, and so are its face rows (``certified_faces``). Raises DeviceConfigError / CardError with one line naming the problem."""
     from systems import get_system
     from training.model_card import load_card
 
@@ -146,7 +158,8 @@ def card_run(card_path: str | os.PathLike, *, nominal: str | None, x0: Sequence[
     values.update(
         system=card.system, params=dict(card.system_params), order=card.order, alpha=card_gains(card),
         domain=(tuple(map(float, card.domain_lo)), tuple(map(float, card.domain_hi))),
-        margin=certified_margin(certificate), nominal=nominal, x0=tuple(float(v) for v in x0))
+        margin=certified_margin(certificate), faces=certified_faces(certificate, card), nominal=nominal,
+        x0=tuple(float(v) for v in x0))
     params = overrides.pop("params", None) or {}
     values.update({k: v for k, v in overrides.items() if v is not None})
     values["params"] = {**values["params"], **params}

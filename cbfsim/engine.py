@@ -18,7 +18,8 @@ or ``completed`` by the constraint at the recorded states.
 
 It takes the same ``Perturbation`` as the numpy engine (noise, disturbances, delay; the same
 counter-based draws, firmware/common/rng.hpp) except plant-parameter mismatch, which it
-refuses in one line; not yet the several-row filter.
+refuses in one line. Face rows (a certificate's enforced faces of D) run in the exact face
+filter (firmware/common/face_filter.hpp); several barrier rows do not run here yet.
 """
 from __future__ import annotations
 
@@ -213,8 +214,9 @@ def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0
                      dt_control: float, substeps: int, perturbation: Any, run_seeds: Any) -> Trajectory:
     """``simulate_batch(..., engine="compiled")``: the same loop from the simulator's objects --
     a compiled barrier (its source model), a projection or one-row QP filter with linear
-    class-K gains (the firmware solves the same problem exactly), a nominal controller named
-    by the system -- as a RunConfig, built and run in the engine."""
+    class-K gains, and the face rows it enforces (the firmware solves the same problem exactly:
+    firmware/common/filter.hpp, face_filter.hpp), a nominal controller named by the system --
+    as a RunConfig, built and run in the engine."""
     import dataclasses
     from .classk import Linear
     from .firmware_config import RunConfig
@@ -225,16 +227,26 @@ def simulate_objects(system: Any, barrier: Any, filter: Any, controller: Any, X0
         raise EngineError("engine='compiled' needs the nominal controller by name (one of system.nominal's)")
     if filter is None or getattr(filter, "n_barriers", 1) != 1 or getattr(filter, "issf", None) is not None:
         raise EngineError("engine='compiled' needs a one-barrier CBF/HOCBF filter without the ISSf term")
-    if getattr(filter, "faces", ()):
-        raise EngineError("engine='compiled' runs one row and the filter enforces face rows too "
-                          f"({', '.join(f.label for f in filter.faces)}): use engine='numpy'")
-    alphas = [filter.alpha] if filter.order == 1 else [filter.alpha1, filter.alpha2]
+    faces = _engine_faces(filter)
+    alphas = list(getattr(filter, "alphas", [])) if filter.order == 1 else [filter.alpha1, filter.alpha2]
     if not all(isinstance(a, Linear) for a in alphas):
         raise EngineError("engine='compiled' needs linear class-K functions (the firmware's row)")
     params = dataclasses.asdict(system.params) if dataclasses.is_dataclass(system.params) else {}
     config = RunConfig(system=system.name, x0=(0.0,) * system.n, nominal=controller, order=filter.order,
                        alpha=tuple(a.gain for a in alphas), dt=float(dt_control), steps=1, substeps=int(substeps),
-                       params=params, margin=filter.margin, fallback=filter.faults.fallback)
+                       params=params, margin=filter.margin, fallback=filter.faults.fallback, faces=faces)
     loop = build_engine(model, config)
     return trajectory(loop, np.atleast_2d(np.asarray(X0, dtype=np.float64)),
                       int(round(t_final / dt_control)), perturbation, run_seeds, {"controller": controller})
+
+
+def _engine_faces(filter: Any) -> tuple:
+    """The filter's face rows for the engine, whose exact face filter solves P_rho at the price
+    cbfsim.face_rows.FACE_SLACK_PENALTY: a filter priced otherwise is refused in one line."""
+    from .face_rows import FACE_SLACK_PENALTY
+    faces = tuple(getattr(filter, "faces", ()))
+    rho = getattr(getattr(filter, "solver", None), "slack_penalty", FACE_SLACK_PENALTY)
+    if faces and rho != FACE_SLACK_PENALTY:
+        raise EngineError(f"engine='compiled' enforces face rows at slack_penalty {FACE_SLACK_PENALTY:g}; "
+                          f"the filter has {rho:g}: use engine='numpy' or the default")
+    return faces

@@ -51,9 +51,13 @@ class RunConfig:
     margin: float | Margin = 0.0
     fallback: Fallback = Fallback()
     domain: tuple[tuple[float, ...], tuple[float, ...]] | None = None
+    faces: tuple = ()         # training.certify.faces.Face rows the filter enforces (cbfsim/face_rows.py)
 
     def __post_init__(self) -> None:
         check_margin(self.margin)
+        if self.faces:
+            from .face_rows import check_faces
+            check_faces(self.faces, len(self.x0))
         check_float32("alpha", self.alpha)
         check_float32("dt", self.dt)
         if self.params:
@@ -257,7 +261,11 @@ inline int barrier_call(const float* x, const float* f, const float* G, const fl
     extras: Sequence[Any] = ()
     qp = None
     if rows is not None:
+        if config.faces:
+            raise ValueError("face rows with k > 1 barriers are not supported: give faces or extra barriers")
         extras, qp, text = rows(config, system, out, text)
+    from .face_rows import with_faces
+    text = with_faces(text, config.faces)
     (out / "cbf_system.hpp").write_text("#pragma once\n" + plant)
     (out / "cbf_config.hpp").write_text(text)
     return Generated(out, name, tag, workspace, compiled, config, tuple(extras), qp)

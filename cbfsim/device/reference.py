@@ -87,7 +87,8 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
     device) and the network through the float64 reference interpreter. Constants are the
     float32 values the device uses, so both simulate the same problem. With k > 1 rows (a
     Generated with extra barriers) the filter is the Python CBFQP with the device's rho and
-    h is the smallest barrier value, as the device logs it."""
+    h is the smallest barrier value, as the device logs it. With face rows (config.faces) the
+    filter is the Python CBFQP / HOCBFQP with those faces at the device's price."""
     from cbfsim.classk import Linear
     from cbfsim.filters import CBFProjection, HOCBFQP
     from cbfsim.simulate import simulate
@@ -117,6 +118,16 @@ def reference_run(generated_or_model: Any, config: RunConfig) -> ReferenceRun:
         else:
             filt = HOCBFQP(plant, Linear(a1), Linear(a2), n_barriers=k, slack_penalty=rho, margin=margin,
                            fallback=fallback)
+    elif config.faces:
+        # the certificate's face rows: the Python CBFQP / HOCBFQP with faces (OSQP + exact
+        # refinement) at the device's price, on the float32 face constants the device stores
+        from ..face_rows import FACE_SLACK_PENALTY, float32_faces
+        plant = SimpleNamespace(u_min=bounds[0], u_max=bounds[1], nominal=system.nominal, f=system.f, G=system.G)
+        faces = float32_faces(config.faces)
+        filt = (CBFQP(plant, Linear(a1), slack_penalty=FACE_SLACK_PENALTY, margin=margin, fallback=fallback, faces=faces)
+                if config.order == 1 else
+                HOCBFQP(plant, Linear(a1), Linear(a2), slack_penalty=FACE_SLACK_PENALTY, margin=margin,
+                        fallback=fallback, faces=faces))
     elif config.order == 1:
         filt = CBFProjection(plant, Linear(a1), slack_penalty=np.inf, margin=margin, fallback=fallback)
     else:

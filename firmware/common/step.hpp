@@ -2,7 +2,8 @@
 // host's compiled batch engine: barrier terms, the filter row, the fault policy, the plant's
 // xdot and classical RK4 with the input held. Includes only cbf_config.hpp (the generated
 // barrier, plant and run constants) and filter.hpp (plus qp_filter.hpp when cbf_config.hpp
-// defines CBF_ROWS > 1): no port, no printing, no heap, no libm.
+// defines CBF_ROWS > 1, face_filter.hpp when it defines CBF_FACES > 0): no port, no printing,
+// no heap, no libm.
 #ifndef CBF_STEP_HPP
 #define CBF_STEP_HPP
 
@@ -13,6 +14,9 @@
 #include "filter.hpp"
 #if defined(CBF_ROWS) && CBF_ROWS > 1
 #include "qp_filter.hpp"
+#endif
+#if defined(CBF_FACES) && CBF_FACES > 0
+#include "face_filter.hpp"
 #endif
 
 namespace cbf_app {
@@ -91,7 +95,7 @@ inline int apply_policy(const float* x, int status, float* u, float* last_safe) 
     return status;
 }
 
-#if !defined(CBF_ROWS) || CBF_ROWS == 1
+#if (!defined(CBF_ROWS) || CBF_ROWS == 1) && !(defined(CBF_FACES) && CBF_FACES > 0)
 // One control step: nominal input, barrier, filter (row with margin margin_at(x)), fault policy.
 // last_safe holds the input of the last kOk step. Returns the filter status.
 inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
@@ -102,6 +106,40 @@ inline int control(const float* x, float* u_nom, float* u, float& h, float* last
     const float a = cbf_row(terms, b);
     int status = cbf_filter::project<float, M>(a, b, u_nom, plant::kUMin, plant::kUMax, cfg::margin_at(x), u);
     if (err != 0) status = cbf_filter::kFallback;   // (the barrier's outputs are NaN then anyway)
+    return apply_policy(x, status, u, last_safe);
+}
+#elif defined(CBF_FACES) && CBF_FACES > 0
+// The barrier's row and the rows of the domain faces the certificate enforces (cbf_config.hpp:
+// kFaceCoord ..., from training/certify/faces.py), filtered exactly (face_filter.hpp).
+constexpr int kFaceRows = cfg::kFaceRows;
+
+// Face r's row a + b.u >= 0 with its margin taken off, as faces.py's Face.row computes it:
+//   c(x) = s (bound - x_i),   a = -s f_i(x) + gamma c(x) - margin,   b = -s G_i(x)
+inline void face_rows(const float* x, float* a, float* b) noexcept {
+    float f[N], G[N * M];
+    plant::f(x, f);
+    plant::G(x, G);
+    for (int r = 0; r < kFaceRows; ++r) {
+        const int i = cfg::kFaceCoord[r];
+        const float s = cfg::kFaceSide[r];
+        a[r] = -s * f[i] + cfg::kFaceGamma[r] * (s * (cfg::kFaceBound[r] - x[i])) - cfg::kFaceMargin[r];
+        for (int j = 0; j < M; ++j) b[r * M + j] = -s * G[i * M + j];
+    }
+}
+
+// One control step: nominal input, barrier row (margin margin_at(x)) and face rows, the exact
+// filter, the fault policy. Returns the filter status.
+inline int control(const float* x, float* u_nom, float* u, float& h, float* last_safe) noexcept {
+    float terms[kTerms], a[1 + kFaceRows], b[(1 + kFaceRows) * M];
+    cfg::nominal(x, u_nom);
+    const int err = barrier_terms(x, terms);
+    h = terms[0];
+    const float margin = cfg::margin_at(x);
+    a[0] = cbf_row(terms, b) - margin;
+    face_rows(x, a + 1, b + M);
+    int status = cbf_faces::solve<float, 1 + kFaceRows, M>(a, b, u_nom, plant::kUMin, plant::kUMax,
+                                                           cfg::kFaceSlackPenalty, u);
+    if (err != 0 || !(margin >= 0.0f)) status = cbf_filter::kFallback;
     return apply_policy(x, status, u, last_safe);
 }
 #else
