@@ -29,7 +29,8 @@ DEFAULT_MAX_BOXES = 2_000_000     # `cbfsim certify --max-boxes` default (a test
 def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
             max_boxes: int = DEFAULT_MAX_BOXES, min_width: float = 2.0 ** -30, progress: bool = False,
-            start_margin: float | None = None, condition: str = "filter") -> Certificate:
+            start_margin: float | None = None, condition: str = "filter", workers: int = 1,
+            scheduler: str | None = None, spill_at: int | None = None) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
@@ -45,11 +46,18 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
 
     ``condition="boundary"``: the continuous-time boundary (Nagumo) condition instead of the
     filter's (``conditions.py``): containment, and sup_u L_f h + L_G h . u >= 0 on {h = 0}, with
-    no class-K term and no margin; continuous time only (``dt`` None or 0), order 1."""
+    no class-K term and no margin; continuous time only (``dt`` None or 0), order 1.
+
+    ``workers``: processes the search's boxes are evaluated on (1: this one); ``scheduler``: the
+    address of an existing Dask cluster to evaluate them on instead (``shards.py``).  Neither
+    changes the certificate, only the wall time.  ``spill_at``: open boxes held in memory before
+    the rest is spilled to temporary files (None: about 1 GiB's worth; ``queue.py``)."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
     if not (isinstance(max_boxes, int) and not isinstance(max_boxes, bool) and max_boxes >= 1):
         raise CertifyError(f"--max-boxes must be a whole number >= 1, got {max_boxes!r}")
+    if spill_at is not None and not (isinstance(spill_at, int) and not isinstance(spill_at, bool) and spill_at >= 2):
+        raise CertifyError(f"--spill-at must be a whole number >= 2, got {spill_at!r}")
     if condition not in CONDITIONS:
         raise CertifyError(f"--condition must be one of {', '.join(CONDITIONS)}, got {condition!r}")
     if condition == "boundary":
@@ -69,6 +77,19 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
             raise CertifyError(f"--margin must be a finite number >= 0, got {margin}")
+    from .shards import make_runner
+    runner = make_runner(problem, workers, scheduler)
+    try:
+        return _search_margins(problem, card, margin, start_margin, deadline, started, max_boxes, min_width, progress,
+                               runner, spill_at)
+    finally:
+        runner.close()
+
+
+def _search_margins(problem: Problem, card: Any, margin: float | None, start_margin: float | None, deadline: float,
+                    started: float, max_boxes: int, min_width: float, progress: bool, runner: Any,
+                    spill_at: int | None) -> Certificate:
+    """The margin search (``MarginWalls``), one branch and bound per margin tried."""
     start, recorded = (float(margin), True) if margin is not None else _start_margin(problem, card, start_margin)
     walls = MarginWalls(start, fixed=margin is not None, recorded=recorded)
     tried: list[dict[str, Any]] = []
@@ -91,7 +112,8 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
         if attempt is None:
             bar = _progress_bar(eps) if progress else None
             try:
-                attempt = search(problem, eps, until, max_boxes=max(1, budget), min_width=min_width, progress=bar)
+                attempt = search(problem, eps, until, max_boxes=max(1, budget), min_width=min_width, progress=bar,
+                                 runner=runner, spill_at=spill_at)
             finally:
                 if bar is not None:
                     bar.close()
