@@ -5,9 +5,10 @@
 
 Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``sampled`` (the
 zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes), ``branch``
-(branch and bound), ``counterexamples`` (float64 rechecks), ``falsify`` (the search for a real
-violation that runs first), ``faces`` (domain faces the filter enforces as rows), ``certificate``
-(the result).
+(branch and bound), ``queue`` (its open boxes, spilled to disk when large), ``shards`` (where
+its chunks of boxes are evaluated: this process, worker processes, Dask), ``counterexamples``
+(float64 rechecks), ``falsify`` (the search for a real violation that runs first), ``faces``
+(domain faces the filter enforces as rows), ``certificate`` (the result).
 """
 from .api import DEFAULT_MAX_BOXES, DEFAULT_TIME_LIMIT, certify
 from .certificate import Certificate, ConditionResult

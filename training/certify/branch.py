@@ -1,7 +1,9 @@
 """Branch and bound over the domain: split boxes until each is proven or refuted.
 
-Best-first: every round takes the ``batch`` boxes with the worst bound, evaluates all three
-conditions on them at once (numpy over boxes), and
+Best-first: every round takes the ``batch`` boxes with the worst bound (ties by the lower
+corner: ``queue.py``, which spills a large open set to disk), cuts them into fixed chunks,
+evaluates each chunk's conditions at once (numpy over boxes; here, on worker processes or on
+Dask: ``shards.py``), merges the chunks in order, and
 * keeps a box whose every bound is >= 0 (proven),
 * rechecks a failing box's candidates in float64 (``counterexamples.py``): a confirmed
   violation marks the box refuted and ends the search after this round (the verdict is
@@ -11,6 +13,10 @@ conditions on them at once (numpy over boxes), and
   the bicycle's p_x, which neither the network nor the plant reads),
 * or leaves them undecided once the edge is below ``min_width`` (relative), the box budget
   is spent or the deadline has passed.  Undecided is never proven.
+
+Neither the worker count nor the spilling changes a number: the rounds, their chunks and the
+merge order depend on the open boxes only.  (The clock does: a search cut by its time limit,
+or a falsifier round cut by FALSIFY_SECONDS, may end elsewhere on a slower run.)
 """
 from __future__ import annotations
 

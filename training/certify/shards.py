@@ -63,11 +63,17 @@ def _pickled(problem: Problem) -> tuple[str, bytes]:
     return hashlib.sha256(blob).hexdigest(), blob
 
 
+def _gave_up(boxes: int, error: BaseException) -> CertifyError:
+    text = str(error).splitlines()[0] if str(error) else ""
+    return CertifyError(f"a chunk of {boxes} boxes failed {MAX_TRIES} times ({type(error).__name__}: {text}); "
+                        f"no verdict from a partial search")
+
+
 class InProcess:
-    """The chunks one after another in this process (``--workers 1``)."""
+    """The chunks one after another in this process (``--workers 1``; ``fault`` raises, never kills)."""
 
     def __init__(self, problem: Problem, fault: str | None = None):
-        self.problem, self.fault = problem, fault
+        self.problem, self.fault = problem, fault if not (fault or "").endswith(".kill") else None
 
     def map(self, eps: float, chunks: list[Chunk]) -> list:
         from .branch import evaluate_chunk
@@ -75,12 +81,12 @@ class InProcess:
         for lo, hi in chunks:
             for tries in range(1, MAX_TRIES + 1):
                 try:
-                    _maybe_fail(self.fault if not (self.fault or "").endswith(".kill") else None)
+                    _maybe_fail(self.fault)
                     out.append(evaluate_chunk(self.problem, eps, lo, hi))
                     break
                 except Exception as e:          # noqa: BLE001 -- retried, then reported
                     if tries == MAX_TRIES:
-                        raise CertifyError(f"a chunk of {len(lo)} boxes failed {MAX_TRIES} times: {e}") from None
+                        raise _gave_up(len(lo), e) from None
         return out
 
     def close(self) -> None:
@@ -112,9 +118,7 @@ class _Retrying:
                     errors.append(e)
             for i, e in zip(failed, errors):
                 if tries[i] >= MAX_TRIES:
-                    raise CertifyError(f"a chunk of {len(chunks[i][0])} boxes failed {MAX_TRIES} times "
-                                       f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                                       f"no verdict from a partial search") from None
+                    raise _gave_up(len(chunks[i][0]), e) from None
             if failed:
                 self._recover()
             todo = failed
