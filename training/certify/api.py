@@ -137,7 +137,7 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
     if best is None:            # each wall's own evidence: feasibility from above, sampled data from below
         for name, found in refutations.items():
             result.counterexamples[name] = found
-    return _certificate(problem, best or result, tried, time.monotonic() - started, walls)
+    return _certificate(problem, best or result, tried, time.monotonic() - started, walls, runner)
 
 
 class MarginWalls:
@@ -374,7 +374,7 @@ def _margin_text(problem: Problem, eps: float) -> str:
 
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]], wall: float,
-                 walls: MarginWalls | None = None) -> Certificate:
+                 walls: MarginWalls | None = None, runner: Any = None) -> Certificate:
     conditions = {k: ConditionResult(proven=r.certified, counterexamples=r.counterexamples[k]) for k in NAMES}
     if not r.certified:
         for k in NAMES:
@@ -388,7 +388,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         inside = r.volume_safe
         if r.straddling and r.certified:      # refine only a certificate's coverage (it is the one quoted)
             inside += refine_inside(problem, np.concatenate([a for a, _ in r.straddling]),
-                                    np.concatenate([b for _, b in r.straddling]))
+                                    np.concatenate([b for _, b in r.straddling]), runner=runner)
         coverage = min(1.0, inside / max(constraint_volume(problem), 1e-300))
     reason = ""
     if not r.certified:

@@ -1,8 +1,9 @@
 """Where a round's chunks of boxes are evaluated: this process, worker processes, or a Dask cluster.
 
-Every runner has ``map(eps, chunks) -> [ChunkResult]`` (in chunk order) and ``close()``.  A
-chunk is a pure function of (problem, eps, lo, hi) (``branch.evaluate_chunk``), so where it runs
-changes no number.  The problem travels once per worker, cloudpickled (its plant enclosure is
+Every runner has ``map(eps, chunks, task) -> [result]`` (in chunk order) and ``close()``.  A
+chunk is a pure function of (problem, eps, lo, hi) (``task``: the search's
+``branch.evaluate_chunk``, the coverage's ``coverage.set_masks``), so where it runs changes no
+number.  The problem travels once per worker, cloudpickled (its plant enclosure is
 lambdified sympy, which plain pickle refuses), and is unpickled once per worker process.
 
 A chunk whose evaluation fails -- the worker process died, the Dask worker was lost, or the
@@ -50,11 +51,21 @@ def _maybe_fail(fault: str | None) -> None:
     raise RuntimeError(f"injected worker failure ({fault})")
 
 
-def run_chunk(key: str, blob: bytes, eps: float, lo: np.ndarray, hi: np.ndarray, fault: str | None = None):
+def chunk_task(name: str) -> Any:
+    """The chunk functions a runner can run, by name: (problem, eps, lo, hi) -> result."""
+    if name == "evaluate":              # the search's bounds (branch.py)
+        from .branch import evaluate_chunk
+        return evaluate_chunk
+    if name == "set_masks":             # the coverage refinement (coverage.py)
+        from .coverage import set_masks
+        return set_masks
+    raise ValueError(f"no chunk task {name!r}")
+
+
+def run_chunk(key: str, blob: bytes, name: str, eps: float, lo: np.ndarray, hi: np.ndarray, fault: str | None = None):
     """One chunk in a worker (process pool or Dask): a top-level function, so it pickles by name."""
-    from .branch import evaluate_chunk
     _maybe_fail(fault)
-    return evaluate_chunk(_problem(key, blob), eps, lo, hi)
+    return chunk_task(name)(_problem(key, blob), eps, lo, hi)
 
 
 def _pickled(problem: Problem) -> tuple[str, bytes]:
@@ -75,14 +86,14 @@ class InProcess:
     def __init__(self, problem: Problem, fault: str | None = None):
         self.problem, self.fault = problem, fault if not (fault or "").endswith(".kill") else None
 
-    def map(self, eps: float, chunks: list[Chunk]) -> list:
-        from .branch import evaluate_chunk
+    def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
+        fn = chunk_task(task)
         out = []
         for lo, hi in chunks:
             for tries in range(1, MAX_TRIES + 1):
                 try:
                     _maybe_fail(self.fault)
-                    out.append(evaluate_chunk(self.problem, eps, lo, hi))
+                    out.append(fn(self.problem, eps, lo, hi))
                     break
                 except Exception as e:          # noqa: BLE001 -- retried, then reported
                     if tries == MAX_TRIES:
@@ -96,18 +107,18 @@ class InProcess:
 class _Retrying:
     """Submit every chunk, resubmit the failed ones, return the results in chunk order."""
 
-    def _submit(self, eps: float, chunk: Chunk) -> Any:
+    def _submit(self, eps: float, chunk: Chunk, task: str) -> Any:
         raise NotImplementedError
 
     def _recover(self) -> None:
         """After a failure: make the executor usable again (a broken pool is replaced)."""
 
-    def map(self, eps: float, chunks: list[Chunk]) -> list:
+    def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
         results: list[Any] = [None] * len(chunks)
         tries = [0] * len(chunks)
         todo = list(range(len(chunks)))
         while todo:
-            futures = {i: self._submit(eps, chunks[i]) for i in todo}
+            futures = {i: self._submit(eps, chunks[i], task) for i in todo}
             failed, errors = [], []
             for i, future in futures.items():
                 try:
@@ -138,8 +149,8 @@ class Processes(_Retrying):
         from concurrent.futures import ProcessPoolExecutor
         return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
 
-    def _submit(self, eps: float, chunk: Chunk) -> Any:
-        return self.pool.submit(run_chunk, self.key, self.blob, eps, chunk[0], chunk[1], self.fault)
+    def _submit(self, eps: float, chunk: Chunk, task: str) -> Any:
+        return self.pool.submit(run_chunk, self.key, self.blob, task, eps, chunk[0], chunk[1], self.fault)
 
     def _recover(self) -> None:
         from concurrent.futures.process import BrokenProcessPool
@@ -170,8 +181,9 @@ class Dask(_Retrying):
         self.key, blob = _pickled(problem)
         self.blob = self.client.scatter(blob, broadcast=True, hash=False)
 
-    def _submit(self, eps: float, chunk: Chunk) -> Any:
-        return self.client.submit(run_chunk, self.key, self.blob, eps, chunk[0], chunk[1], self.fault, pure=False)
+    def _submit(self, eps: float, chunk: Chunk, task: str) -> Any:
+        return self.client.submit(run_chunk, self.key, self.blob, task, eps, chunk[0], chunk[1], self.fault,
+                                  pure=False)
 
     def close(self) -> None:
         self.client.close()
