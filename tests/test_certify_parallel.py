@@ -63,9 +63,15 @@ def test_two_processes_give_the_same_certificate(reference):
     assert _without_timing(_certify(workers=2)) == reference
 
 
-def test_dask_cluster_gives_the_same_certificate(reference):
+def _local_cluster(processes: bool = False):
+    """A 2-worker Dask LocalCluster (skips without dask: it is in the [test] and [scale] extras)."""
     distributed = pytest.importorskip("distributed")
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=":0")
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_dask_cluster_gives_the_same_certificate(reference, processes):
+    with _local_cluster(processes) as cluster:
         cert = _certify(scheduler=cluster.scheduler_address)
     assert _without_timing(cert) == reference
 
@@ -115,13 +121,12 @@ def test_a_lost_worker_loses_no_box(problem, serial_search, tmp_path, kind):
 
 
 def test_a_lost_dask_worker_task_loses_no_box(problem, serial_search, tmp_path):
-    distributed = pytest.importorskip("distributed")
     from training.certify.branch import search
     from training.certify.shards import Dask
     p, eps = problem
     marker = tmp_path / "fail"
     marker.touch()
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0") as cluster:
+    with _local_cluster() as cluster:
         runner = Dask(p, cluster.scheduler_address, fault=str(marker))
         try:
             state = _search_state(search(p, eps, float("inf"), runner=runner))
@@ -175,7 +180,8 @@ def test_queue_order_is_canonical_with_and_without_spilling(tmp_path):
         score = rng.choice([-1.0, -0.5, 0.0, -0.0, np.nan, -np.inf], size=k)
         for q in queues:
             q.push(lo, hi, score)
-        held += [((np.inf if np.isnan(s) else s + 0.0), *map(float, a), *map(float, b)) for s, a, b in zip(score, lo, hi)]
+        held += [((np.inf if np.isnan(s) else s + 0.0), *map(float, a), *map(float, b))
+                 for s, a, b in zip(score, lo, hi)]
         held.sort(key=lambda t: t[:4])
         take = int(rng.integers(1, 9))
         want, held = held[:take], held[take:]
@@ -213,3 +219,31 @@ def test_workers_and_scheduler_exclude_each_other():
     assert out.returncode == 1
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "--workers" in lines[0] and "--scheduler" in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("name", ["vdp", "pendulum"])
+def test_a_problem_travels_to_a_worker_intact(name):
+    """The problem as a worker gets it (cloudpickled, unpickled in a fresh process) evaluates
+    the plant and a chunk of boxes exactly as the original: the pendulum's float twin once
+    came back with a broken sentinel and every chunk with a rollout failed."""
+    import pickle
+    from training.certify.branch import evaluate_chunk
+    from training.certify.problem import load_problem
+    cloudpickle = pytest.importorskip("cloudpickle")
+    p = load_problem(ROOT / f"experiments/models/{name}.onnx", ROOT / f"experiments/models/{name}.json", 0.005)
+    script = ("import pickle, sys\nfrom training.certify.shards import chunk_task\n"
+              "p, eps, lo, hi, x = pickle.load(sys.stdin.buffer)\n"
+              "pickle.dump((p.system.f(x), chunk_task('evaluate')(p, eps, lo, hi)), sys.stdout.buffer)\n")
+    rng = np.random.default_rng(1)
+    width = (p.hi - p.lo) / 32
+    lo = rng.uniform(p.lo, p.hi - width, size=(64, p.n))
+    x = rng.uniform(p.lo, p.hi, size=(200, p.n))
+    blob = cloudpickle.dumps((p, 1.0, lo, lo + width, x))          # as shards.py sends it
+    out = subprocess.run([sys.executable, "-c", script], input=blob, capture_output=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    f, chunk = pickle.loads(out.stdout)
+    np.testing.assert_array_equal(f, p.system.f(x))
+    here = evaluate_chunk(p, 1.0, lo, lo + width)
+    for field in ("proven", "refuted", "inside", "meets", "dim", "worst", "failing", "sampled"):
+        np.testing.assert_array_equal(getattr(chunk, field), getattr(here, field), err_msg=field)
+    assert chunk.counterexamples == here.counterexamples
