@@ -173,8 +173,8 @@ def test_queue_order_is_canonical_with_and_without_spilling(tmp_path):
     rng = np.random.default_rng(3)
     held: list[tuple] = []
     queues = [OpenQueue(3), OpenQueue(3, spill_at=5, directory=str(tmp_path))]
-    for step in range(60):
-        k = int(rng.integers(0, 12))
+    for step in range(80):
+        k = int(rng.integers(0, 14))
         lo = rng.integers(0, 1000, size=(k, 3)).astype(float) + 0.5 * step     # distinct corners
         hi = lo + 1.0
         score = rng.choice([-1.0, -0.5, 0.0, -0.0, np.nan, -np.inf], size=k)
@@ -190,7 +190,9 @@ def test_queue_order_is_canonical_with_and_without_spilling(tmp_path):
             assert [tuple(r) for r in np.hstack([got_lo, got_hi])] == [t[1:] for t in want]
         assert all(len(q) == len(held) for q in queues)
     assert queues[1].spilled > 0                 # the second queue did spill
-    for q in queues:
+    for q in queues:                            # what a stopped search leaves: the rest, in order
+        rest = [tuple(r) for lo, hi in q.drain(4) for r in np.hstack([lo, hi])]
+        assert rest == [t[1:] for t in held] and len(q) == 0
         q.close()
     assert not list(tmp_path.iterdir())         # and its files are gone
 

@@ -118,8 +118,8 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
         while len(queue):
             if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
                 res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
-                while len(queue):
-                    _leave_undecided(res, *queue.pop(batch), res.stopped)
+                for lo, hi in queue.drain(batch):
+                    _leave_undecided(res, lo, hi, res.stopped)
                 break
             blo, bhi = queue.pop(batch)
             starts = range(0, len(blo), chunk)

@@ -70,6 +70,7 @@ class OpenQueue:
         self.runs: list[_Run] = []
         self.spilled = 0            # boxes written to disk so far (for tests and the report)
         self._serial = 0
+        self._sorted = True         # the boxes held are in canonical order (after a drain's sort)
 
     def __len__(self) -> int:
         return len(self.key) + sum(r.left for r in self.runs)
@@ -85,6 +86,7 @@ class OpenQueue:
             self.lo = np.concatenate([self.lo, lo])
             self.hi = np.concatenate([self.hi, hi])
             self.key = np.concatenate([self.key, _key(np.asarray(score, float))])
+            self._sorted = False
         if len(self.key) > self.spill_at:
             self._spill()
 
@@ -106,6 +108,15 @@ class OpenQueue:
         self._drop_finished()
         return lo[take], hi[take]
 
+    def drain(self, count: int):
+        """Every open box, ``count`` at a time, in canonical order (one sort of the boxes held,
+        not one selection per block): the boxes a stopped search leaves undecided."""
+        order = canonical_order(self.key, self.lo)
+        self.lo, self.hi, self.key = self.lo[order], self.hi[order], self.key[order]
+        self._sorted = True
+        while len(self):
+            yield self.pop(count)
+
     def close(self) -> None:
         self.runs = []
         if self._dir is not None:
@@ -114,6 +125,8 @@ class OpenQueue:
 
     def _best_in_memory(self, count: int) -> np.ndarray:
         """Indices of the ``count`` best boxes held in memory, canonical order."""
+        if self._sorted:
+            return np.arange(min(count, len(self.key)))
         if len(self.key) > count:
             kth = np.partition(self.key, count - 1)[count - 1]
             idx = np.flatnonzero(self.key <= kth)       # every tie at the cut, resolved by lo below
@@ -133,6 +146,7 @@ class OpenQueue:
         self.runs.append(_Run(path, np.load(path, mmap_mode="r")))
         self.spilled += len(out)
         self.lo, self.hi, self.key = self.lo[keep], self.hi[keep], self.key[keep]
+        self._sorted = True
 
     def _drop_finished(self) -> None:
         for run in [r for r in self.runs if r.left == 0]:
