@@ -216,7 +216,8 @@ def _certify_parser() -> argparse.ArgumentParser:
                              "any count, only the wall time changes (default: 1, this process)")
     parser.add_argument("--scheduler", default=None,
                         help="address of an existing Dask scheduler, tcp://HOST:PORT, to evaluate the boxes on its "
-                             "workers instead (the certificate is the same; not with --workers)")
+                             "workers instead; the certificate is the same; not with --workers (default: none, the "
+                             "boxes are evaluated on this machine)")
     parser.add_argument("--spill-at", type=positive_int, default=None,
                         help="open boxes held in memory before the rest of the queue is spilled to temporary files "
                              "(default: about 1 GiB's worth)")

@@ -50,7 +50,8 @@ def certify(model: str | os.PathLike | None, card: Any, *, dt: float | None = No
 
     ``workers``: processes the search's boxes are evaluated on (1: this one); ``scheduler``: the
     address of an existing Dask cluster to evaluate them on instead (``shards.py``).  Neither
-    changes the certificate, only the wall time.  ``spill_at``: open boxes held in memory before
+    changes the certificate, only the wall time (``workers`` > 1 spawns processes: a script that
+    calls this needs the ``if __name__ == "__main__":`` guard).  ``spill_at``: open boxes held in memory before
     the rest is spilled to temporary files (None: about 1 GiB's worth; ``queue.py``)."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
