@@ -251,6 +251,16 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-boxes", type=positive_int, default=DEFAULT_MAX_BOXES,
                         help="boxes evaluated before giving up with a verdict of not certified; raise it when "
                              "boxes stay undecided")
+    parser.add_argument("--workers", type=positive_int, default=1,
+                        help="processes on this machine to evaluate the boxes on; the certificate is the same for "
+                             "any count, only the wall time changes (default: 1, this process)")
+    parser.add_argument("--scheduler", default=None,
+                        help="address of an existing Dask scheduler, tcp://HOST:PORT, to evaluate the boxes on its "
+                             "workers instead; the certificate is the same; not with --workers (default: none, the "
+                             "boxes are evaluated on this machine)")
+    parser.add_argument("--spill-at", type=positive_int, default=None,
+                        help="open boxes held in memory before the rest of the queue is spilled to temporary files "
+                             "(default: about 1 GiB's worth)")
     parser.add_argument("--condition", choices=("filter", "boundary"), default="filter",
                         help="filter: the filter's row on the whole certified set, with its margin and the control "
                              "period; boundary: the continuous-time boundary (Nagumo) condition of the "
@@ -285,6 +295,7 @@ def _certify(args: argparse.Namespace) -> int:
         raise CertifyUsageError("--replay-u goes with --replay (the state it is held at)")
     cert = certify(args.model, args.card, dt=args.dt, time_limit=args.time_limit, margin=args.margin,
                    progress=sys.stderr.isatty(), max_boxes=args.max_boxes, condition=args.condition,
+                   workers=args.workers, scheduler=args.scheduler, spill_at=args.spill_at,
                    **problem_args)
     log.info(cert.summary())
     if args.output is not None:

@@ -40,7 +40,12 @@ from ._lambdify import NumPyExactPrinter, lambdify
 FAST_PATHS_ENV = "CBFSIM_FAST_PATHS"
 _F64 = np.dtype(np.float64)
 _isfinite = math.isfinite
-_UNBUILT = object()
+
+
+class _UNBUILT:
+    """The sentinel of a twin not built yet: a class, so it pickles by reference and is still
+    itself in a worker process that unpickled the plant (an ``object()`` would come back as
+    another object, and the twin would call it)."""
 
 
 @functools.cache

@@ -6,11 +6,12 @@
 
 Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``sampled`` (the
 zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes), ``branch``
-(branch and bound), ``counterexamples`` (float64 rechecks), ``falsify`` (the search for a real
-violation that runs first), ``faces`` (domain faces the filter enforces as rows), ``certificate``
-(the result), ``build`` (the problem, from a card or a plant), ``plant_problem`` (a problem
-with no card), ``sets`` (initial and unsafe sets), ``replay`` (a counterexample's one-line
-command and its float64 re-evaluation).
+(branch and bound), ``queue`` (its open boxes, spilled to disk when large), ``shards`` (where
+its chunks of boxes are evaluated: this process, worker processes, Dask), ``counterexamples``
+(float64 rechecks), ``falsify`` (the search for a real violation that runs first), ``faces``
+(domain faces the filter enforces as rows), ``certificate`` (the result), ``build`` (the
+problem, from a card or a plant), ``plant_problem`` (a problem with no card), ``sets`` (initial
+and unsafe sets), ``replay`` (a counterexample's one-line command and its float64 re-evaluation).
 """
 from .api import DEFAULT_MAX_BOXES, DEFAULT_TIME_LIMIT, certify, certify_module
 from .build import build_problem

@@ -31,7 +31,8 @@ DEFAULT_MAX_BOXES = 2_000_000     # `cbfsim certify --max-boxes` default (a test
 def certify(model: Any, card: Any = None, *, dt: float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
             max_boxes: int = DEFAULT_MAX_BOXES, min_width: float = 2.0 ** -30, progress: bool = False,
-            start_margin: float | None = None, condition: str = "filter", **problem_args: Any) -> Certificate:
+            start_margin: float | None = None, condition: str = "filter", workers: int = 1,
+            scheduler: str | None = None, spill_at: int | None = None, **problem_args: Any) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
@@ -54,17 +55,38 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     ``params``; ``model`` may then be a torch module (``certify_module``).  With or without a
     card: ``initial_set``/``unsafe_set`` (boxes, ``sets.py``), ``scope`` ("closed" or
     "in-domain") and ``command`` (the command line the replay commands extend; see
-    ``build_problem``)."""
+    ``build_problem``).
+
+    ``workers``: processes the search's boxes are evaluated on (1: this one); ``scheduler``: the
+    address of an existing Dask cluster to evaluate them on instead (``shards.py``).  Neither
+    changes the certificate, only the wall time (``workers`` > 1 spawns processes: a script that
+    calls this needs the ``if __name__ == "__main__":`` guard).  ``spill_at``: open boxes held in memory before
+    the rest is spilled to temporary files (None: about 1 GiB's worth; ``queue.py``)."""
     started = time.monotonic()
     deadline = started + (time_limit if time_limit is not None else float("inf"))
     if not (isinstance(max_boxes, int) and not isinstance(max_boxes, bool) and max_boxes >= 1):
         raise CertifyError(f"--max-boxes must be a whole number >= 1, got {max_boxes!r}")
+    if spill_at is not None and not (isinstance(spill_at, int) and not isinstance(spill_at, bool) and spill_at >= 2):
+        raise CertifyError(f"--spill-at must be a whole number >= 2, got {spill_at!r}")
     problem = build_problem(model, card, dt=dt, condition=condition, margin=margin, **problem_args)
     if condition == "boundary":
         margin = 0.0
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
             raise CertifyError(f"--margin must be a finite number >= 0, got {margin}")
+    from .shards import make_runner
+    runner = make_runner(problem, workers, scheduler)
+    try:
+        return _search_margins(problem, card, margin, start_margin, deadline, started, max_boxes, min_width, progress,
+                               runner, spill_at)
+    finally:
+        runner.close()
+
+
+def _search_margins(problem: Problem, card: Any, margin: float | None, start_margin: float | None, deadline: float,
+                    started: float, max_boxes: int, min_width: float, progress: bool, runner: Any,
+                    spill_at: int | None) -> Certificate:
+    """The margin search (``MarginWalls``), one branch and bound per margin tried."""
     start, recorded = (float(margin), True) if margin is not None else _start_margin(problem, card, start_margin)
     walls = MarginWalls(start, fixed=margin is not None, recorded=recorded)
     tried: list[dict[str, Any]] = []
@@ -87,7 +109,8 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
         if attempt is None:
             bar = _progress_bar(eps) if progress else None
             try:
-                attempt = search(problem, eps, until, max_boxes=max(1, budget), min_width=min_width, progress=bar)
+                attempt = search(problem, eps, until, max_boxes=max(1, budget), min_width=min_width, progress=bar,
+                                 runner=runner, spill_at=spill_at)
             finally:
                 if bar is not None:
                     bar.close()
@@ -112,7 +135,7 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     if best is None:            # each wall's own evidence: feasibility from above, sampled data from below
         for name, found in refutations.items():
             result.counterexamples[name] = found
-    return _certificate(problem, best or result, tried, time.monotonic() - started, walls)
+    return _certificate(problem, best or result, tried, time.monotonic() - started, walls, runner)
 
 
 class MarginWalls:
@@ -377,7 +400,7 @@ def _margin_text(problem: Problem, eps: float) -> str:
 
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]], wall: float,
-                 walls: MarginWalls | None = None) -> Certificate:
+                 walls: MarginWalls | None = None, runner: Any = None) -> Certificate:
     from .replay import replay_command
     names = [k for k in NAMES if k != "initial" or problem.initial]
     for k in names:
@@ -396,7 +419,7 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         inside = r.volume_safe
         if r.straddling and r.certified:      # refine only a certificate's coverage (it is the one quoted)
             inside += refine_inside(problem, np.concatenate([a for a, _ in r.straddling]),
-                                    np.concatenate([b for _, b in r.straddling]))
+                                    np.concatenate([b for _, b in r.straddling]), runner=runner)
         coverage = min(1.0, inside / max(constraint_volume(problem), 1e-300))
     reason = ""
     if not r.certified:

@@ -1,7 +1,9 @@
 """Branch and bound over the domain: split boxes until each is proven or refuted.
 
-Best-first: every round takes the ``batch`` boxes with the worst bound, evaluates all three
-conditions on them at once (numpy over boxes), and
+Best-first: every round takes the ``batch`` boxes with the worst bound (ties by the lower
+corner: ``queue.py``, which spills a large open set to disk), cuts them into fixed chunks,
+evaluates each chunk's conditions at once (numpy over boxes; here, on worker processes or on
+Dask: ``shards.py``), merges the chunks in order, and
 * keeps a box whose every bound is >= 0 (proven),
 * rechecks a failing box's candidates in float64 (``counterexamples.py``): a confirmed
   violation marks the box refuted and ends the search after this round (the verdict is
@@ -11,6 +13,10 @@ conditions on them at once (numpy over boxes), and
   the bicycle's p_x, which neither the network nor the plant reads),
 * or leaves them undecided once the edge is below ``min_width`` (relative), the box budget
   is spent or the deadline has passed.  Undecided is never proven.
+
+Neither the worker count nor the spilling changes a number: the rounds, their chunks and the
+merge order depend on the open boxes only.  (The clock does: a search cut by its time limit,
+or a falsifier round cut by FALSIFY_SECONDS, may end elsewhere on a slower run.)
 """
 from __future__ import annotations
 
@@ -32,6 +38,7 @@ FALSIFY_SECONDS = 2.0
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
+CHUNK = 256                       # boxes per chunk of a round (fixed: the worker count changes no number)
 
 
 @dataclass
@@ -56,65 +63,119 @@ class SearchResult:
         return self.refuted == 0 and self.undecided == 0 and self.proven > 0
 
 
+@dataclass
+class ChunkResult:
+    """One chunk of a round, evaluated: everything the search needs from its boxes (``evaluate_chunk``)."""
+    proven: np.ndarray            # (B,) bool
+    refuted: np.ndarray           # (B,) bool: a confirmed counterexample in the box
+    inside: np.ndarray            # (B,) bool: the box lies in the certified set
+    meets: np.ndarray             # (B,) bool: the box may meet the certified set
+    dim: np.ndarray               # (B,) int: the edge to halve
+    worst: np.ndarray             # (B,) the worst condition's bound (the children's priority)
+    failing: np.ndarray           # (B, len(NAMES)) bool: the condition's bound is < 0
+    sampled: np.ndarray           # (B,) the sampled-data bound (the falsifier starts from the worst)
+    counterexamples: dict[str, list[dict[str, Any]]]
+    rounding: tuple[str, float, float] | None    # (statement, largest h bound, largest grad bound)
+
+
+def evaluate_chunk(problem: Problem, eps: float, blo: np.ndarray, bhi: np.ndarray) -> ChunkResult:
+    """Bound, recheck and choose the split of one chunk of boxes: a pure function of its
+    arguments, so a chunk gives the same numbers in this process, a worker process or on Dask."""
+    span = problem.hi - problem.lo
+    bounds = evaluate(problem, Interval(blo, bhi), eps)
+    local = SearchResult(eps)
+    _note_rounding(local, bounds.rounding)
+    rel = (bhi - blo) / span
+    proven = bounds.proven
+    refuted = _refute(problem, local, blo, bhi, bounds, ~proven, rel, eps)
+    dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), problem.splittable, span)
+    scores = np.stack([bounds.scores[k] for k in NAMES])
+    rounding = (local.rounding, local.rounding_max["h"], local.rounding_max["grad"]) if local.rounding else None
+    return ChunkResult(proven, refuted, bounds.inside_set, bounds.meets_set, dim, np.min(scores, axis=0),
+                       (scores < 0).T, bounds.scores["sampled_data"], local.counterexamples, rounding)
+
+
 def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000_000,
-           min_width: float = 2.0 ** -30, batch: int = 2048, progress: Any = None) -> SearchResult:
-    """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes."""
+           min_width: float = 2.0 ** -30, batch: int = 2048, progress: Any = None, runner: Any = None,
+           spill_at: int | None = None, chunk: int = CHUNK) -> SearchResult:
+    """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes.
+
+    Each round takes the ``batch`` best open boxes in the queue's canonical order, cuts them
+    into chunks of ``chunk`` boxes and has ``runner`` (``shards.py``; None: this process)
+    evaluate them; the results are merged in chunk order.  The chunking depends on neither the
+    runner nor the worker count, so neither changes a number of the result.  ``spill_at``: open
+    boxes held in memory before the rest is spilled to temporary files (``queue.py``)."""
+    from .queue import OpenQueue
+    from .shards import InProcess
+    runner = runner if runner is not None else InProcess(problem)
     span = problem.hi - problem.lo
     split = problem.splittable
     res = SearchResult(eps, touched=np.zeros((problem.n, 2), dtype=bool))
-    lo, hi = problem.lo[None, :].copy(), problem.hi[None, :].copy()
-    score = np.zeros(1)
     done_volume = 0.0
     rounds = 0
-    while len(lo):
-        if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
-            res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
-            _leave_undecided(res, lo, hi, res.stopped)
-            break
-        take = np.argsort(score)[:batch] if len(lo) > batch else np.arange(len(lo))
-        rest = np.ones(len(lo), dtype=bool)
-        rest[take] = False
-        blo, bhi = lo[take], hi[take]
-        lo, hi, score = lo[rest], hi[rest], score[rest]
-        bounds = evaluate(problem, Interval(blo, bhi), eps)
-        res.evaluated += len(blo)
-        _note_rounding(res, bounds.rounding)
-        rel = (bhi - blo) / span
-        vol = np.prod(np.where(split, rel, 1.0), axis=1)
-        proven = bounds.proven
-        refuted = _refute(problem, res, blo, bhi, bounds, ~proven, rel, eps)
-        rounds += 1
-        if rounds % FALSIFY_EVERY == 0 and not refuted.any() and problem.dt > 0:
-            refuted = _falsify_alongside(problem, res, blo, bhi, bounds, ~proven, eps)
-        res.proven += int(proven.sum())
-        res.refuted += int(refuted.sum())
-        res.volume_safe += float(vol[proven & bounds.inside_set].sum())
-        leaf = proven | refuted
-        edge = proven & bounds.meets_set & ~bounds.inside_set
-        if edge.any():
-            res.straddling.append((blo[edge], bhi[edge]))
-        reaching = leaf & bounds.meets_set
-        res.touched[:, 0] |= np.any(reaching[:, None] & (blo <= problem.lo), axis=0)
-        res.touched[:, 1] |= np.any(reaching[:, None] & (bhi >= problem.hi), axis=0)
-        open_ = ~leaf
-        dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), split, span)
-        too_small = rel[np.arange(len(dim)), dim] < min_width
-        stuck = open_ & too_small
-        if stuck.any():
-            _leave_undecided(res, blo[stuck], bhi[stuck], "minimum width", bounds, np.flatnonzero(stuck))
-        go = np.flatnonzero(open_ & ~too_small)
-        worst = np.min(np.stack([bounds.scores[k] for k in NAMES]), axis=0)
-        if len(go):
-            halves = halve(blo[go], bhi[go], dim[go])
-            lo = np.concatenate([lo, halves[0]])
-            hi = np.concatenate([hi, halves[1]])
-            score = np.concatenate([score, worst[go], worst[go]])
-        done_volume += float(vol[leaf | stuck].sum())
-        if progress is not None:
-            progress.n = round(min(done_volume, 1.0), 4)
-            progress.set_postfix(boxes=res.evaluated, open=len(lo), refresh=False)
-            progress.refresh()
+    with OpenQueue(problem.n, spill_at) as queue:
+        queue.push(problem.lo[None, :].copy(), problem.hi[None, :].copy(), np.zeros(1))
+        while len(queue):
+            if time.monotonic() > deadline or res.evaluated >= max_boxes or res.stopped:
+                res.stopped = res.stopped or ("time" if time.monotonic() > deadline else "budget")
+                for lo, hi in queue.drain(batch):
+                    _leave_undecided(res, lo, hi, res.stopped)
+                break
+            blo, bhi = queue.pop(batch)
+            starts = range(0, len(blo), chunk)
+            parts = runner.map(eps, [(blo[i:i + chunk], bhi[i:i + chunk]) for i in starts])
+            if len(parts) != len(starts) or sum(len(p.proven) for p in parts) != len(blo):
+                raise RuntimeError("a round came back with boxes missing: no verdict from a partial search")
+            c = _merge(res, parts)
+            res.evaluated += len(blo)
+            rel = (bhi - blo) / span
+            vol = np.prod(np.where(split, rel, 1.0), axis=1)
+            proven, refuted = c.proven, c.refuted
+            if refuted.any():
+                res.stopped = "counterexample"
+            rounds += 1
+            if rounds % FALSIFY_EVERY == 0 and not refuted.any() and problem.dt > 0:
+                refuted = _falsify_alongside(problem, res, blo, bhi, c.sampled, ~proven, eps)
+            res.proven += int(proven.sum())
+            res.refuted += int(refuted.sum())
+            res.volume_safe += float(vol[proven & c.inside].sum())
+            leaf = proven | refuted
+            edge = proven & c.meets & ~c.inside
+            if edge.any():
+                res.straddling.append((blo[edge], bhi[edge]))
+            reaching = leaf & c.meets
+            res.touched[:, 0] |= np.any(reaching[:, None] & (blo <= problem.lo), axis=0)
+            res.touched[:, 1] |= np.any(reaching[:, None] & (bhi >= problem.hi), axis=0)
+            open_ = ~leaf
+            dim = c.dim
+            too_small = rel[np.arange(len(dim)), dim] < min_width
+            stuck = open_ & too_small
+            if stuck.any():
+                _leave_undecided(res, blo[stuck], bhi[stuck], "minimum width", c.failing[stuck])
+            go = np.flatnonzero(open_ & ~too_small)
+            if len(go):
+                halves = halve(blo[go], bhi[go], dim[go])
+                queue.push(halves[0], halves[1], np.concatenate([c.worst[go], c.worst[go]]))
+            done_volume += float(vol[leaf | stuck].sum())
+            if progress is not None:
+                progress.n = round(min(done_volume, 1.0), 4)
+                progress.set_postfix(boxes=res.evaluated, open=len(queue), refresh=False)
+                progress.refresh()
     return res
+
+
+def _merge(res: SearchResult, parts: list[ChunkResult]) -> ChunkResult:
+    """The round's chunks as one, in chunk order; their counterexamples and rounding into ``res``."""
+    for p in parts:
+        for name, found in p.counterexamples.items():
+            res.counterexamples[name].extend(found[:max(0, MAX_LISTED - len(res.counterexamples[name]))])
+        if p.rounding is not None:
+            res.rounding = p.rounding[0]
+            res.rounding_max["h"] = max(res.rounding_max["h"], p.rounding[1])
+            res.rounding_max["grad"] = max(res.rounding_max["grad"], p.rounding[2])
+    join = {f: np.concatenate([getattr(p, f) for p in parts]) for f in
+            ("proven", "refuted", "inside", "meets", "dim", "worst", "failing", "sampled")}
+    return ChunkResult(**join, counterexamples={}, rounding=None)
 
 
 def halve(lo: np.ndarray, hi: np.ndarray, dim: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -153,15 +214,14 @@ def _note_rounding(res: SearchResult, rounding: Any) -> None:
             res.rounding_max[key] = max(res.rounding_max[key], float(np.max(value)))
 
 
-def _leave_undecided(res: SearchResult, lo: np.ndarray, hi: np.ndarray, why: str, bounds=None, idx=None) -> None:
+def _leave_undecided(res: SearchResult, lo: np.ndarray, hi: np.ndarray, why: str,
+                     failing_mask: np.ndarray | None = None) -> None:
+    """Count boxes as undecided (never proven); ``failing_mask`` (k, len(NAMES)): which bounds failed."""
     res.undecided += len(lo)
     for i in range(len(lo)):
-        if bounds is not None:
-            failing = [k for k in NAMES if bounds.scores[k][idx[i]] < 0]
-            for k in failing:
-                res.failing[k] += 1
-        else:
-            failing = []
+        failing = [] if failing_mask is None else [k for k, bad in zip(NAMES, failing_mask[i]) if bad]
+        for k in failing:
+            res.failing[k] += 1
         if len(res.undecided_boxes) < MAX_LISTED:
             res.undecided_boxes.append({"lo": lo[i].tolist(), "hi": hi[i].tolist(), "why": why,
                                         "failing": failing})
@@ -219,14 +279,14 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
     return refuted
 
 
-def _falsify_alongside(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarray, bounds,
+def _falsify_alongside(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarray, sampled: np.ndarray,
                        open_: np.ndarray, eps: float) -> np.ndarray:
     """The falsifier's local search (falsify.py) from the centres of the open boxes whose
     sampled-data bound is worst: a real violation ends the search now, not after the boxes
     around it have been split down to it."""
     from .falsify import falsify
     refuted = np.zeros(len(blo), dtype=bool)
-    score = np.where(open_, bounds.scores["sampled_data"], np.inf)
+    score = np.where(open_, sampled, np.inf)
     idx = np.argsort(score)[:FALSIFY_BOXES]
     idx = idx[np.isfinite(score[idx]) & (score[idx] < 0)]
     if not len(idx):

@@ -8,6 +8,8 @@ constraint enclosure reaches >= 0.  Dimensions nothing depends on cancel out.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from compiler.interval import Interval
@@ -36,21 +38,23 @@ def constraint_volume(problem: Problem) -> float:
     return float(np.mean(c.hi >= 0))
 
 
-def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int = REFINE_BOXES) -> float:
-    """Relative volume of the parts of the boxes (lo, hi) proven inside the certified set."""
+def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int = REFINE_BOXES,
+                  runner: Any = None) -> float:
+    """Relative volume of the parts of the boxes (lo, hi) proven inside the certified set.
+    ``runner`` (``shards.py``; None: this process) evaluates each round in fixed chunks."""
+    from .branch import CHUNK
     span = problem.hi - problem.lo
     split = problem.splittable
     total = 0.0
     evaluated = 0
     while len(lo) and evaluated + len(lo) <= budget:
-        box = Interval(lo, hi)
-        t = lie_terms(problem.model, plant_terms(problem.plant, box, problem.order), box, problem.order,
-                      problem.gains, float32=True)
-        inside = t.h.lo >= 0
-        meets = t.h.hi >= 0
-        if problem.order == 2:
-            inside &= t.psi1.lo >= 0
-            meets &= t.psi1.hi >= 0
+        chunks = [(lo[i:i + CHUNK], hi[i:i + CHUNK]) for i in range(0, len(lo), CHUNK)]
+        parts = runner.map(0.0, chunks, task="set_masks") if runner is not None else \
+            [set_masks(problem, 0.0, a, b) for a, b in chunks]
+        inside = np.concatenate([p[0] for p in parts])
+        meets = np.concatenate([p[1] for p in parts])
+        if len(inside) != len(lo):
+            raise RuntimeError("a refinement round came back with boxes missing")
         evaluated += len(lo)
         rel = (hi - lo) / span
         total += float(np.prod(np.where(split, rel, 1.0), axis=1)[inside].sum())
@@ -58,3 +62,16 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
         lo, hi = lo[keep], hi[keep]
         lo, hi = halve(lo, hi, np.argmax(np.where(split, (hi - lo) / span, -1.0), axis=1))
     return total
+
+
+def set_masks(problem: Problem, _eps: float, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(lies in the certified set, may meet it) per box: one chunk of ``refine_inside``."""
+    box = Interval(lo, hi)
+    t = lie_terms(problem.model, plant_terms(problem.plant, box, problem.order), box, problem.order,
+                  problem.gains, float32=True)
+    inside = t.h.lo >= 0
+    meets = t.h.hi >= 0
+    if problem.order == 2:
+        inside &= t.psi1.lo >= 0
+        meets &= t.psi1.hi >= 0
+    return inside, meets

@@ -1,0 +1,251 @@
+"""The certifier's search sharded over processes and Dask, and its open queue spilled to disk:
+the certificate must not depend on where the boxes were evaluated or stored (issue 21, item 3).
+
+References: the in-process search (1 worker, nothing spilled) for the certificates; Python's
+own ``sorted`` on (score, lo) tuples for the queue's order.
+"""
+from __future__ import annotations
+
+import functools
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+MODEL, CARD = ROOT / "experiments/models/vdp.onnx", ROOT / "experiments/models/vdp.json"
+CERT = ROOT / "experiments/models/vdp.cert.json"
+
+
+def _recorded() -> tuple[float, float]:
+    """The margin and period of the shipped certificate (a fixed margin: no margin search)."""
+    import json
+    cert = json.loads(CERT.read_text())
+    return float(cert["margin"]), float(cert["dt"])
+
+
+def _without_timing(cert) -> dict:
+    d = cert.to_dict()
+    d.pop("wall_time_s")
+    for t in d["margins_tried"]:
+        t.pop("time_s")
+    return d
+
+
+@pytest.fixture(scope="module")
+def fast_coverage():
+    """The coverage refinement with a smaller budget (the same for every run: it only shortens
+    the test; the refinement runs after the search and does not depend on the workers)."""
+    from training.certify import api
+    from training.certify.coverage import refine_inside
+    saved = api.refine_inside
+    api.refine_inside = functools.partial(refine_inside, budget=4000)
+    yield
+    api.refine_inside = saved
+
+
+def _certify(**kwargs):
+    from training.certify import certify
+    margin, dt = _recorded()
+    return certify(MODEL, CARD, dt=dt, margin=margin, time_limit=None, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def reference(fast_coverage):
+    cert = _certify()
+    assert cert.certified, cert.summary()       # the shipped barrier certifies at its recorded margin
+    return _without_timing(cert)
+
+
+def test_two_processes_give_the_same_certificate(reference):
+    assert _without_timing(_certify(workers=2)) == reference
+
+
+def _local_cluster(processes: bool = False):
+    """A 2-worker Dask LocalCluster (skips without dask: it is in the [test] and [scale] extras)."""
+    distributed = pytest.importorskip("distributed")
+    return distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=processes, dashboard_address=":0")
+
+
+@pytest.mark.parametrize("processes", [False, True], ids=["threads", "processes"])
+def test_dask_cluster_gives_the_same_certificate(reference, processes):
+    with _local_cluster(processes) as cluster:
+        cert = _certify(scheduler=cluster.scheduler_address)
+    assert _without_timing(cert) == reference
+
+
+def test_spilled_queue_gives_the_same_certificate(reference):
+    assert _without_timing(_certify(spill_at=16)) == reference
+
+
+# ------------------------------------------------------------------ the search alone
+
+@pytest.fixture(scope="module")
+def problem():
+    from training.certify.problem import load_problem
+    margin, dt = _recorded()
+    return load_problem(MODEL, CARD, dt), margin
+
+
+def _search_state(r) -> tuple:
+    return (r.proven, r.refuted, r.undecided, r.evaluated, r.volume_safe, r.stopped, r.rounding, r.rounding_max,
+            [(a.tolist(), b.tolist()) for a, b in r.straddling], r.touched.tolist(), r.counterexamples, r.failing,
+            r.undecided_boxes)
+
+
+@pytest.fixture(scope="module")
+def serial_search(problem):
+    from training.certify.branch import search
+    p, eps = problem
+    return _search_state(search(p, eps, float("inf")))
+
+
+@pytest.mark.parametrize("kind", ["kill", "raise"])
+def test_a_lost_worker_loses_no_box(problem, serial_search, tmp_path, kind):
+    """A worker process killed (or a chunk raising) on its first chunk: the chunk is run again
+    and the search ends exactly as without the failure."""
+    from training.certify.branch import search
+    from training.certify.shards import Processes
+    p, eps = problem
+    marker = tmp_path / ("fail.kill" if kind == "kill" else "fail")
+    marker.touch()
+    runner = Processes(p, 2, fault=str(marker))
+    try:
+        state = _search_state(search(p, eps, float("inf"), runner=runner))
+    finally:
+        runner.close()
+    assert not marker.exists()          # the failure did happen
+    assert state == serial_search
+
+
+def test_a_lost_dask_worker_task_loses_no_box(problem, serial_search, tmp_path):
+    from training.certify.branch import search
+    from training.certify.shards import Dask
+    p, eps = problem
+    marker = tmp_path / "fail"
+    marker.touch()
+    with _local_cluster() as cluster:
+        runner = Dask(p, cluster.scheduler_address, fault=str(marker))
+        try:
+            state = _search_state(search(p, eps, float("inf"), runner=runner))
+        finally:
+            runner.close()
+    assert not marker.exists()
+    assert state == serial_search
+
+
+def test_budget_stop_is_the_same_whatever_the_workers(problem):
+    """A search cut by the box budget (not by the clock) is deterministic too: the same boxes
+    are left undecided, listed in the same order, with 1 worker, 2 processes and a spilled queue."""
+    from training.certify.branch import search
+    from training.certify.shards import Processes
+    p, eps = problem
+    serial = search(p, eps, float("inf"), max_boxes=700)
+    assert serial.stopped == "budget" and serial.undecided > 0
+    runner = Processes(p, 2)
+    try:
+        pooled = search(p, eps, float("inf"), max_boxes=700, runner=runner, spill_at=8)
+    finally:
+        runner.close()
+    assert _search_state(pooled) == _search_state(serial)
+
+
+def test_a_chunk_that_always_fails_gives_no_certificate(monkeypatch):
+    """Retried, then an error: never a verdict from the boxes that did come back."""
+    from training.certify import branch
+    from training.certify.problem import CertifyError
+
+    def broken(*_a, **_k):
+        raise MemoryError("out of memory")
+    monkeypatch.setattr(branch, "evaluate_chunk", broken)
+    with pytest.raises(CertifyError, match="failed 4 times.*partial search"):
+        _certify()
+
+
+# ------------------------------------------------------------------ the queue
+
+def test_queue_order_is_canonical_with_and_without_spilling(tmp_path):
+    """Interleaved pushes and pops, with many tied scores: every pop equals the best boxes by
+    Python's sorted() on (score, lo), whether the queue holds everything or spills runs of 5."""
+    from training.certify.queue import OpenQueue
+    rng = np.random.default_rng(3)
+    held: list[tuple] = []
+    queues = [OpenQueue(3), OpenQueue(3, spill_at=5, directory=str(tmp_path))]
+    for step in range(80):
+        k = int(rng.integers(0, 14))
+        lo = rng.integers(0, 1000, size=(k, 3)).astype(float) + 0.5 * step     # distinct corners
+        hi = lo + 1.0
+        score = rng.choice([-1.0, -0.5, 0.0, -0.0, np.nan, -np.inf], size=k)
+        for q in queues:
+            q.push(lo, hi, score)
+        held += [((np.inf if np.isnan(s) else s + 0.0), *map(float, a), *map(float, b))
+                 for s, a, b in zip(score, lo, hi)]
+        held.sort(key=lambda t: t[:4])
+        take = int(rng.integers(1, 9))
+        want, held = held[:take], held[take:]
+        for q in queues:
+            got_lo, got_hi = q.pop(take)
+            assert [tuple(r) for r in np.hstack([got_lo, got_hi])] == [t[1:] for t in want]
+        assert all(len(q) == len(held) for q in queues)
+    assert queues[1].spilled > 0                 # the second queue did spill
+    for q in queues:                            # what a stopped search leaves: the rest, in order
+        rest = [tuple(r) for lo, hi in q.drain(4) for r in np.hstack([lo, hi])]
+        assert rest == [t[1:] for t in held] and len(q) == 0
+        q.close()
+    assert not list(tmp_path.iterdir())         # and its files are gone
+
+
+# ------------------------------------------------------------------ the command line
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", str(MODEL), str(CARD), *args],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def test_unreachable_scheduler_is_one_line():
+    import socket
+    with socket.socket() as s:              # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    address = f"tcp://127.0.0.1:{port}"
+    out = _cli("--scheduler", address, "--margin", "0.05", "--time-limit", "5")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and address in lines[0] and "scheduler" in lines[0], out.stderr
+
+
+def test_workers_and_scheduler_exclude_each_other():
+    out = _cli("--scheduler", "tcp://127.0.0.1:1", "--workers", "2")
+    assert out.returncode == 1
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--workers" in lines[0] and "--scheduler" in lines[0], out.stderr
+
+
+@pytest.mark.parametrize("name", ["vdp", "pendulum"])
+def test_a_problem_travels_to_a_worker_intact(name):
+    """The problem as a worker gets it (cloudpickled, unpickled in a fresh process) evaluates
+    the plant and a chunk of boxes exactly as the original: the pendulum's float twin once
+    came back with a broken sentinel and every chunk with a rollout failed."""
+    import pickle
+    from training.certify.branch import evaluate_chunk
+    from training.certify.problem import load_problem
+    cloudpickle = pytest.importorskip("cloudpickle")
+    p = load_problem(ROOT / f"experiments/models/{name}.onnx", ROOT / f"experiments/models/{name}.json", 0.005)
+    script = ("import pickle, sys\nfrom training.certify.shards import chunk_task\n"
+              "p, eps, lo, hi, x = pickle.load(sys.stdin.buffer)\n"
+              "pickle.dump((p.system.f(x), chunk_task('evaluate')(p, eps, lo, hi)), sys.stdout.buffer)\n")
+    rng = np.random.default_rng(1)
+    width = (p.hi - p.lo) / 32
+    lo = rng.uniform(p.lo, p.hi - width, size=(64, p.n))
+    x = rng.uniform(p.lo, p.hi, size=(200, p.n))
+    blob = cloudpickle.dumps((p, 1.0, lo, lo + width, x))          # as shards.py sends it
+    out = subprocess.run([sys.executable, "-c", script], input=blob, capture_output=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    f, chunk = pickle.loads(out.stdout)
+    np.testing.assert_array_equal(f, p.system.f(x))
+    here = evaluate_chunk(p, 1.0, lo, lo + width)
+    for field in ("proven", "refuted", "inside", "meets", "dim", "worst", "failing", "sampled"):
+        np.testing.assert_array_equal(getattr(chunk, field), getattr(here, field), err_msg=field)
+    assert chunk.counterexamples == here.counterexamples
