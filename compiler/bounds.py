@@ -77,6 +77,8 @@ class Jets:
     grad: Interval | None          # (B, n); None for order 0
     hess: Interval | None          # (B, n, n); None below order 2
     rounding: Rounding | None = None
+    jumped: np.ndarray | None = None   # (B,) a value discontinuity (Softplus' threshold) may lie in the box:
+    #                                    no mean-value (centred) form holds there
 
 
 def check_supported(model: Model, order: int) -> None:
@@ -250,7 +252,7 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
         h = _widen(h, rounding.h)
         grad = _widen(grad, rounding.grad) if grad is not None else None
         hess = _widen(hess, rounding.hess) if hess is not None else None
-    return Jets(h, grad, hess, rounding)
+    return Jets(h, grad, hess, rounding, jumped)
 
 
 def _tighten(a: Interval, ac: Interval, t: Interval, offset: Interval, jumped: np.ndarray) -> Interval:

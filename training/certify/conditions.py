@@ -32,6 +32,7 @@ from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
+from .centred import best_vertex, centred_row
 from .faces import joint_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
@@ -46,7 +47,8 @@ class BoxBounds:
     inside_set: np.ndarray            # (B,) the whole box lies in the certified set (h_lo >= 0 ...)
     meets_S: np.ndarray               # (B,) the box may meet the constraint set S
     worst_u: np.ndarray               # (B, m) the input minimising the sampled-data bound
-    grad_mag: np.ndarray              # (B, n) |grad h| bound, for the split choice
+    grad_mag: np.ndarray              # (B, n) per-edge sensitivity for the split choice: |grad h| bound, or
+    #                                   |d row / dx_i| where the feasibility row fails (_tighter_row)
     rounding: object = None
 
     @property
@@ -70,9 +72,13 @@ def _in_set_row(t: Terms, problem: Problem, b: Interval) -> Interval:
     until that is below the margin.  (Order 2: the plain row b.)"""
     if problem.order != 1 or t.rounding is None:
         return b
+    return t.Lf + problem.gains["gamma"] * _in_set_h(t)
+
+
+def _in_set_h(t: Terms) -> Interval:
+    """h over the box's states in the set, as the header computes it: >= -e_h (its rounding bound)."""
     floor = -np.asarray(t.rounding.h, dtype=float)
-    h = Interval(np.maximum(t.h.lo, floor), np.maximum(t.h.hi, floor))
-    return t.Lf + problem.gains["gamma"] * h
+    return Interval(np.maximum(t.h.lo, floor), np.maximum(t.h.hi, floor))
 
 
 def _set_bounds(t: Terms, order: int) -> tuple[np.ndarray, np.ndarray]:
@@ -108,14 +114,53 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     else:
         phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
         feas = np.where(meets, phi.lo - eps_hi, inf)
+    split_by = _split_weights(t32)
+    if not problem.faces:
+        level = _in_set_h(t32) if order == 1 else None
+        feas = _tighter_row(problem, box, t32, a32, feas, level, problem.gains.get("gamma", 0.0), eps_hi, split_by)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
     samp, worst_u = _sampled(problem, box, plant, t32, a32, b32, meets & (feas >= 0) & (cont >= 0), eps_lo)
     clos = _closure(problem, box, plant, meets)
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos},
-                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
-                     t32.rounding)
+                     meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
+
+
+def _split_weights(t32: Terms) -> np.ndarray:
+    """(B, n) per-edge sensitivity of the failing bound, for the split: |grad h| bound (the
+    variation of h: containment), replaced by the feasibility row's where that fails."""
+    return np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi))
+
+
+def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, feas: np.ndarray,
+                 level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray) -> np.ndarray:
+    """The feasibility score, raised by the centred form of the row (``centred.py``) on the
+    order-1 boxes where the interval bound fails (finite and < 0: the only ones where it can
+    pay); there ``split_by`` becomes the row's own smear weight |d row / dx_i|, so such a box is
+    halved along the edge that moves the failing bound the most.  ``level``: gamma's operand
+    (h over the box's states in the set, ``_in_set_row``; None: no class-K term)."""
+    if problem.order != 1 or not problem.smooth:
+        return feas
+    idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
+    if not len(idx):
+        return feas
+    u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi)
+    row = centred_row(problem.model, problem.plant, box[idx], u_star, t32.rounding.grad[idx])
+    total = Interval.point(row.lower)
+    slope = row.slope
+    if level is not None:
+        total = total + gain * level[idx]
+        slope = slope + gain * row.grad
+    eps = np.broadcast_to(np.asarray(eps_hi, dtype=float), feas.shape)[idx]
+    with np.errstate(invalid="ignore"):
+        better = np.nextafter(total.lo - eps, -np.inf)
+    better = np.where(np.isnan(better), -np.inf, better)
+    out = feas.copy()
+    out[idx] = np.maximum(feas[idx], better)
+    still = out[idx] < 0
+    split_by[idx[still]] = slope[still]
+    return out
 
 
 def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,
@@ -126,12 +171,13 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     on_zero = (t32.h.lo <= 0) & (t32.h.hi >= 0)
     rate = t32.Lf + sup_over_inputs(t32.LG, problem.u_lo, problem.u_hi)
     feas = np.where(on_zero, rate.lo, inf)
+    split_by = _split_weights(t32)
+    feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos},
-                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
-                     t32.rounding)
+                     meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
 
 
 def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32: Interval, b32: Interval,
