@@ -1,4 +1,9 @@
-"""training/certify/centred.py: the centred (mean-value) form of the order-1 Lie row
+"""compiler/bounds_linear.py: the linear relaxation (CROWN-style back substitution) of h over
+a box holds torch float64 h at sampled states for random networks of every activation and with
+a periodic (sin/cos) embedding, holds the float32 header's h with its rounding bound, and is
+tighter than the interval enclosure on wide boxes of deeper networks.
+
+training/certify/centred.py: the centred (mean-value) form of the order-1 Lie row
 psi = grad h . (f + G u*) over a box holds every sampled state's value, computed independently
 (torch float64 autograd for grad h, sympy-lambdified numpy float64 for f and G), for random
 networks of every twice-differentiable activation and three plants; with the float32 gradient
@@ -18,17 +23,78 @@ import torch
 
 from compiler.api import load_model
 from compiler.bounds import enclose
+from compiler.bounds_linear import linear_bounds
 from compiler.interval import Interval
 from systems import get_system
 from training.certify.centred import best_vertex, centred_row
 from training.certify.problem import plant_enclosure
 from training.certify.terms import plant_terms
 
-from test_bounds import random_net, samples_in
+from test_bounds import assert_contains, random_boxes, random_net, samples_in, torch_jets
+from training.architectures import ACTIVATION_NAMES
 
 SMOOTH = ("tanh", "sigmoid", "softplus", "silu", "gelu", "gelu_tanh")
 SYSTEMS = ("van_der_pol", "unicycle", "obstacle_avoidance")
 TOL = 1e-10
+
+
+@pytest.mark.parametrize("act", ACTIVATION_NAMES)
+def test_every_sampled_h_lies_in_its_boxes_linear_bounds(act):
+    rng = np.random.default_rng(abs(hash(act)) % 2 ** 32)
+    for trial, (inputs, hidden) in enumerate([(2, 1), (3, 2), (4, 3)]):
+        net = random_net(act, inputs, hidden, seed=trial, gain=1.5)
+        model = load_model(net)
+        box = random_boxes(rng, net, inputs, 96)
+        lin = linear_bounds(model, box)
+        x = samples_in(rng, box, 16)
+        h = torch_jets(net, x.reshape(-1, inputs))[0].reshape(16, 96)
+        assert_contains(lin.broadcast_to((16, 96)), h, f"{act} h")
+        assert np.all(lin.subset(enclose(model, box, order=1).h))      # never looser than the intervals
+
+
+def test_linear_bounds_through_the_periodic_embedding_hold_torch_values():
+    from compiler.periodic import periodic_embedding
+    rng = np.random.default_rng(3)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(periodic_embedding(3, {2: 2 * np.pi}), torch.nn.Linear(4, 8), torch.nn.Tanh(),
+                              torch.nn.Linear(8, 8), torch.nn.Softplus(), torch.nn.Linear(8, 1)).double()
+    model = load_model(net)
+    centre = rng.uniform(-4, 4, (200, 3))
+    width = 10.0 ** rng.uniform(-6, 0.5, (200, 3))
+    box = Interval(centre - width / 2, centre + width / 2)
+    lin = linear_bounds(model, box)
+    x = samples_in(rng, box, 16)
+    with torch.no_grad():
+        h = net(torch.tensor(x.reshape(-1, 3))).numpy().reshape(16, 200)
+    assert_contains(lin.broadcast_to((16, 200)), h, "periodic h")
+
+
+def test_linear_bounds_hold_the_float32_header_with_its_rounding():
+    from cbfsim.runtime import compile_barrier
+    from conftest import all_activations_net
+    rng = np.random.default_rng(4)
+    net = all_activations_net(1, inputs=3, gain=2.0, seed=2).double()
+    model = load_model(net)
+    centre = rng.uniform(-2, 2, (300, 3))
+    width = 10.0 ** rng.uniform(-7, 0, (300, 3))
+    box = Interval(centre - width, centre + width)
+    e = enclose(model, box, order=1, float32=True).rounding.h
+    lin = linear_bounds(model, box, e)
+    x = samples_in(rng, box, 4).reshape(-1, 3)
+    h32, _, _ = compile_barrier(net, inputs=3, order=1, dtype="float").lie(
+        x, np.zeros_like(x), np.broadcast_to(np.eye(3), (len(x), 3, 3)).copy())
+    assert np.all(lin.broadcast_to((4, 300)).contains(h32.reshape(4, 300)))
+
+
+def test_linear_bounds_are_tighter_than_intervals_on_wide_boxes_of_deep_networks():
+    rng = np.random.default_rng(5)
+    for act in ("softplus", "tanh", "relu"):
+        net = random_net(act, 3, 3, seed=1, gain=1.0)
+        model = load_model(net)
+        centre = rng.uniform(-1, 1, (100, 3))
+        box = Interval(centre - 0.3, centre + 0.3)
+        lin, iv = linear_bounds(model, box), enclose(model, box, order=1).h
+        assert np.median((iv.hi - iv.lo) / (lin.hi - lin.lo)) > 1.1, act
 
 
 def reference_plant(system):

@@ -28,12 +28,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.bounds_linear import linear_bounds
 from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
 from .centred import best_vertex, centred_row
-from .faces import joint_feasibility
+from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data", "closure")
@@ -96,6 +97,7 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     eps_lo, eps_hi = problem.margin.with_eps(eps).bounds(box.lo, box.hi)
     plant = plant_terms(problem.plant, box, order)
     t32 = lie_terms(problem.model, plant, box, order, problem.gains, float32=True)
+    t32.h = _tighter_h(problem, box, t32)
     meets, inside = _set_bounds(t32, order)
     c = plant.constraint
     inf = np.full(len(c.lo), np.inf)
@@ -110,14 +112,16 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     if problem.faces:      # one input for the barrier's row and every enforced face's row at once
         rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
         rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
-        feas = np.where(meets, joint_feasibility(rows, problem.u_lo, problem.u_hi), inf)
+        joint, common_u = best_common_input(rows, problem.u_lo, problem.u_hi)
+        feas = np.where(meets, joint, inf)
     else:
         phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
         feas = np.where(meets, phi.lo - eps_hi, inf)
     split_by = _split_weights(t32)
-    if not problem.faces:
-        level = _in_set_h(t32) if order == 1 else None
-        feas = _tighter_row(problem, box, t32, a32, feas, level, problem.gains.get("gamma", 0.0), eps_hi, split_by)
+    if order == 1:
+        choice = (common_u, rows[1:]) if problem.faces else None
+        feas = _tighter_row(problem, box, t32, a32, feas, _in_set_h(t32), problem.gains["gamma"], eps_hi, split_by,
+                            choice)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
@@ -127,6 +131,20 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
                      meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
 
 
+def _tighter_h(problem: Problem, box: Interval, t32: Terms) -> Interval:
+    """h's enclosure, intersected with its linear relaxation (``compiler.bounds_linear``, with the
+    float32 header's rounding) on the boxes where h may change sign: only there does a tighter
+    h decide something (containment, whether the box meets the set or lies in it)."""
+    h = t32.h
+    idx = np.flatnonzero((h.lo < 0) & (h.hi >= 0))
+    if not len(idx) or t32.rounding is None:
+        return h
+    lin = linear_bounds(problem.model, box[idx], np.asarray(t32.rounding.h)[idx])
+    lo, hi = h.lo.copy(), h.hi.copy()
+    lo[idx], hi[idx] = np.maximum(lo[idx], lin.lo), np.minimum(hi[idx], lin.hi)
+    return Interval(lo, hi, check=False)
+
+
 def _split_weights(t32: Terms) -> np.ndarray:
     """(B, n) per-edge sensitivity of the failing bound, for the split: |grad h| bound (the
     variation of h: containment), replaced by the feasibility row's where that fails."""
@@ -134,18 +152,21 @@ def _split_weights(t32: Terms) -> np.ndarray:
 
 
 def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, feas: np.ndarray,
-                 level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray) -> np.ndarray:
+                 level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
+                 choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
     """The feasibility score, raised by the centred form of the row (``centred.py``) on the
     order-1 boxes where the interval bound fails (finite and < 0: the only ones where it can
     pay); there ``split_by`` becomes the row's own smear weight |d row / dx_i|, so such a box is
     halved along the edge that moves the failing bound the most.  ``level``: gamma's operand
-    (h over the box's states in the set, ``_in_set_row``; None: no class-K term)."""
+    (h over the box's states in the set, ``_in_set_row``; None: no class-K term).  ``choice``:
+    with face rows, (the common input ``best_common_input`` found (B, m), the face rows): the
+    barrier's row is taken at that input, and every face row must hold there too."""
     if problem.order != 1 or not problem.smooth:
         return feas
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
     if not len(idx):
         return feas
-    u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi)
+    u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi) if choice is None else choice[0][idx]
     row = centred_row(problem.model, problem.plant, box[idx], u_star, t32.rounding.grad[idx])
     total = Interval.point(row.lower)
     slope = row.slope
@@ -155,6 +176,9 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     eps = np.broadcast_to(np.asarray(eps_hi, dtype=float), feas.shape)[idx]
     with np.errstate(invalid="ignore"):
         better = np.nextafter(total.lo - eps, -np.inf)
+    if choice is not None:
+        better = np.minimum(better, best_common_input([(b[idx], a[idx], m[idx]) for b, a, m in choice[1]],
+                                                      problem.u_lo, problem.u_hi, candidates=[u_star])[0])
     better = np.where(np.isnan(better), -np.inf, better)
     out = feas.copy()
     out[idx] = np.maximum(feas[idx], better)
