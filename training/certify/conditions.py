@@ -18,6 +18,12 @@ no margin; sampled data does not apply (+inf).  For a ReLU network the gradient 
 holds every adjacent piece's gradient, so this proves min over those gradients of the best
 input for each (the per-point generalized Nagumo form, not the filter's common-input form).
 
+Tighter bounds where they pay: on boxes where h may change sign, h's enclosure is intersected
+with its linear relaxation (``compiler.bounds_linear``); on order-1 boxes of a twice
+differentiable network where the interval feasibility bound fails, the row is also bounded by
+its centred form at one fixed input (``centred.py``), and such a box is split along the edge
+with the largest |d row / dx_i| times its width.  The larger lower bound counts.
+
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
 bound is computed only on boxes that pass the other two (+inf on the rest, which are split).
