@@ -77,6 +77,8 @@ class Jets:
     grad: Interval | None          # (B, n); None for order 0
     hess: Interval | None          # (B, n, n); None below order 2
     rounding: Rounding | None = None
+    jumped: np.ndarray | None = None   # (B,) a value discontinuity (Softplus' threshold) may lie in the box:
+    #                                    no mean-value (centred) form holds there
 
 
 def check_supported(model: Model, order: int) -> None:
@@ -168,10 +170,12 @@ def _widen(x: Interval, e: np.ndarray) -> Interval:
         return Interval(np.nextafter(x.lo - e, -np.inf), np.nextafter(x.hi + e, np.inf), check=False)
 
 
-def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
+def enclose(model: Model, box, *, order: int, float32: bool = False, trace: list | None = None) -> Jets:
     """Enclosures of h (B,), grad h (B, n) and, for order 2, the Hessian (B, n, n) over each
     box of the batch ``box`` (Interval (B, n)); ``float32=True`` also covers the float32
-    header's own rounding (bound in the module docstring and in ``Jets.rounding``)."""
+    header's own rounding (bound in the module docstring and in ``Jets.rounding``).
+    ``trace``: a list that receives (layer, enclosure of the layer's input (B, width)) for
+    every layer, in order (the linear relaxations of ``bounds_linear`` start from them)."""
     if order not in (0, 1, 2):
         raise ValueError(f"order must be 0, 1 or 2, got {order}")
     if float32:
@@ -190,6 +194,8 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
     jumped = np.zeros(batch, dtype=bool)
     errors = _Errors(box, order) if float32 else None
     for layer in model.layers:
+        if trace is not None:
+            trace.append((layer, a))
         if isinstance(layer, Periodic):
             src, value, d1, d2 = enclose_embedding(layer, a)
             ac = enclose_embedding(layer, ac)[1]
@@ -250,7 +256,7 @@ def enclose(model: Model, box, *, order: int, float32: bool = False) -> Jets:
         h = _widen(h, rounding.h)
         grad = _widen(grad, rounding.grad) if grad is not None else None
         hess = _widen(hess, rounding.hess) if hess is not None else None
-    return Jets(h, grad, hess, rounding)
+    return Jets(h, grad, hess, rounding, jumped)
 
 
 def _tighten(a: Interval, ac: Interval, t: Interval, offset: Interval, jumped: np.ndarray) -> Interval:

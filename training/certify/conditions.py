@@ -23,6 +23,12 @@ boxes meeting the initial set, the lower bound of h (order 2: of min(h, psi1)) o
 must be >= 0.  ``Problem.scope == "in-domain"`` leaves no face open to closure (the claim
 then holds only while the states stay in D, as the literature's verifiers claim).
 
+Tighter bounds where they pay: on boxes where h may change sign, h's enclosure is intersected
+with its linear relaxation (``compiler.bounds_linear``); on order-1 boxes of a twice
+differentiable network where the interval feasibility bound fails, the row is also bounded by
+its centred form at one fixed input (``centred.py``), and such a box is split along the edge
+with the largest |d row / dx_i| times its width.  The larger lower bound counts.
+
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
 bound is computed only on boxes that pass the other two (+inf on the rest, which are split).
@@ -33,11 +39,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.bounds_linear import linear_bounds
 from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
-from .faces import joint_feasibility
+from .centred import best_vertex, centred_row
+from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 NAMES = ("containment", "feasibility", "sampled_data", "closure", "initial")
@@ -51,7 +59,8 @@ class BoxBounds:
     inside_set: np.ndarray            # (B,) the whole box lies in the certified set (h_lo >= 0 ...)
     meets_S: np.ndarray               # (B,) the box may meet the constraint set S
     worst_u: np.ndarray               # (B, m) the input minimising the sampled-data bound
-    grad_mag: np.ndarray              # (B, n) |grad h| bound, for the split choice
+    grad_mag: np.ndarray              # (B, n) per-edge sensitivity for the split choice: |grad h| bound, or
+    #                                   |d row / dx_i| where the feasibility row fails (_tighter_row)
     rounding: object = None
 
     @property
@@ -75,9 +84,13 @@ def _in_set_row(t: Terms, problem: Problem, b: Interval) -> Interval:
     until that is below the margin.  (Order 2: the plain row b.)"""
     if problem.order != 1 or t.rounding is None:
         return b
+    return t.Lf + problem.gains["gamma"] * _in_set_h(t)
+
+
+def _in_set_h(t: Terms) -> Interval:
+    """h over the box's states in the set, as the header computes it: >= -e_h (its rounding bound)."""
     floor = -np.asarray(t.rounding.h, dtype=float)
-    h = Interval(np.maximum(t.h.lo, floor), np.maximum(t.h.hi, floor))
-    return t.Lf + problem.gains["gamma"] * h
+    return Interval(np.maximum(t.h.lo, floor), np.maximum(t.h.hi, floor))
 
 
 def _set_bounds(t: Terms, order: int) -> tuple[np.ndarray, np.ndarray]:
@@ -95,6 +108,7 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     eps_lo, eps_hi = problem.margin.with_eps(eps).bounds(box.lo, box.hi)
     plant = plant_terms(problem.plant, box, order)
     t32 = lie_terms(problem.model, plant, box, order, problem.gains, float32=True)
+    t32.h = _tighter_h(problem, box, t32)
     meets, inside = _set_bounds(t32, order)
     c = plant.constraint
     inf = np.full(len(c.lo), np.inf)
@@ -109,10 +123,16 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     if problem.faces:      # one input for the barrier's row and every enforced face's row at once
         rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
         rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
-        feas = np.where(meets, joint_feasibility(rows, problem.u_lo, problem.u_hi), inf)
+        joint, common_u = best_common_input(rows, problem.u_lo, problem.u_hi)
+        feas = np.where(meets, joint, inf)
     else:
         phi = _in_set_row(t32, problem, b32) + sup_over_inputs(a32, problem.u_lo, problem.u_hi)
         feas = np.where(meets, phi.lo - eps_hi, inf)
+    split_by = _split_weights(t32)
+    if order == 1:
+        choice = (common_u, rows[1:]) if problem.faces else None
+        feas = _tighter_row(problem, box, t32, a32, feas, _in_set_h(t32), problem.gains["gamma"], eps_hi, split_by,
+                            choice)
 
     # the sampled data bound (two thirds of the time) only where the others hold: a box failing
     # them is split anyway, and its children are evaluated in full
@@ -120,8 +140,63 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     clos = _closure(problem, box, plant, meets)
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": samp, "closure": clos,
                       "initial": _initial(problem, box, t32)},
-                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
-                     t32.rounding)
+                     meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
+
+
+def _tighter_h(problem: Problem, box: Interval, t32: Terms) -> Interval:
+    """h's enclosure, intersected with its linear relaxation (``compiler.bounds_linear``, with the
+    float32 header's rounding) on the boxes where h may change sign: only there does a tighter
+    h decide something (containment, whether the box meets the set or lies in it)."""
+    h = t32.h
+    idx = np.flatnonzero((h.lo < 0) & (h.hi >= 0))
+    if not len(idx) or t32.rounding is None:
+        return h
+    lin = linear_bounds(problem.model, box[idx], np.asarray(t32.rounding.h)[idx])
+    lo, hi = h.lo.copy(), h.hi.copy()
+    lo[idx], hi[idx] = np.maximum(lo[idx], lin.lo), np.minimum(hi[idx], lin.hi)
+    return Interval(lo, hi, check=False)
+
+
+def _split_weights(t32: Terms) -> np.ndarray:
+    """(B, n) per-edge sensitivity of the failing bound, for the split: |grad h| bound (the
+    variation of h: containment), replaced by the feasibility row's where that fails."""
+    return np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi))
+
+
+def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, feas: np.ndarray,
+                 level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
+                 choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
+    """The feasibility score, raised by the centred form of the row (``centred.py``) on the
+    order-1 boxes where the interval bound fails (finite and < 0: the only ones where it can
+    pay); there ``split_by`` becomes the row's own smear weight |d row / dx_i|, so such a box is
+    halved along the edge that moves the failing bound the most.  ``level``: gamma's operand
+    (h over the box's states in the set, ``_in_set_row``; None: no class-K term).  ``choice``:
+    with face rows, (the common input ``best_common_input`` found (B, m), the face rows): the
+    barrier's row is taken at that input, and every face row must hold there too."""
+    if problem.order != 1 or not problem.smooth:
+        return feas
+    idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
+    if not len(idx):
+        return feas
+    u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi) if choice is None else choice[0][idx]
+    row = centred_row(problem.model, problem.plant, box[idx], u_star, t32.rounding.grad[idx])
+    total = Interval.point(row.lower)
+    slope = row.slope
+    if level is not None:
+        total = total + gain * level[idx]
+        slope = slope + gain * row.grad
+    eps = np.broadcast_to(np.asarray(eps_hi, dtype=float), feas.shape)[idx]
+    with np.errstate(invalid="ignore"):
+        better = np.nextafter(total.lo - eps, -np.inf)
+    if choice is not None:
+        better = np.minimum(better, best_common_input([(b[idx], a[idx], m[idx]) for b, a, m in choice[1]],
+                                                      problem.u_lo, problem.u_hi, candidates=[u_star])[0])
+    better = np.where(np.isnan(better), -np.inf, better)
+    out = feas.copy()
+    out[idx] = np.maximum(feas[idx], better)
+    still = out[idx] < 0
+    split_by[idx[still]] = slope[still]
+    return out
 
 
 def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,
@@ -132,13 +207,14 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     on_zero = (t32.h.lo <= 0) & (t32.h.hi >= 0)
     rate = t32.Lf + sup_over_inputs(t32.LG, problem.u_lo, problem.u_hi)
     feas = np.where(on_zero, rate.lo, inf)
+    split_by = _split_weights(t32)
+    feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos,
                       "initial": _initial(problem, box, t32)},
-                     meets, inside, c.hi >= 0, worst_u, np.maximum(np.abs(t32.grad.lo), np.abs(t32.grad.hi)),
-                     t32.rounding)
+                     meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
 
 
 def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32: Interval, b32: Interval,

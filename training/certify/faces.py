@@ -99,14 +99,14 @@ def joint_feasibility(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: n
     return best_common_input(rows, u_lo, u_hi)[0]
 
 
-def best_common_input(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: np.ndarray, u_hi: np.ndarray
-                      ) -> tuple[np.ndarray, np.ndarray]:
+def best_common_input(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: np.ndarray, u_hi: np.ndarray,
+                      candidates: list[np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Lower bound of  max over u in U of min over rows of (a.u + b - margin)  per box, where each
     row is (b (B,), a (B, m), margin (B,)) as enclosures: >= 0 proves one input satisfies every
     row at every state of the box. Any fixed u gives a lower bound; the candidates are every
     combination of {u_lo, 0, u_hi} per input (each row alone is best at one of them) and, for
     one input, every crossing of two rows' lower bounds (the optimum of a 1-D max-min).
-    Returns (bound (B,), the input that attains it (B, m))."""
+    ``candidates``: these inputs (each (B, m)) only.  Returns (bound (B,), the input that attains it (B, m))."""
     batch = len(rows[0][0].lo)
     m = len(u_lo)
     per_input = [np.unique(np.clip([u_lo[j], 0.0, u_hi[j]], u_lo[j], u_hi[j])) for j in range(m)]
@@ -114,6 +114,8 @@ def best_common_input(rows: list[tuple[Interval, Interval, np.ndarray]], u_lo: n
     cands = [np.broadcast_to(u, (batch, m)) for u in grid]
     if m == 1:
         cands += _crossings(rows, float(u_lo[0]), float(u_hi[0]))
+    if candidates is not None:
+        cands = candidates
     best = np.full(batch, -np.inf)
     best_u = np.zeros((batch, m))
     for u in cands:
