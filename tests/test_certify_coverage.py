@@ -46,9 +46,9 @@ def test_constraint_volume_is_a_tight_upper_bound(name):
 def test_refine_inside_is_a_tight_lower_bound():
     ort = pytest.importorskip("onnxruntime")
     p = _problem("vdp")
-    lower = refine_inside(p, p.lo[None, :].copy(), p.hi[None, :].copy(), budget=400_000)
+    lower = refine_inside(p, p.lo[None, :].copy(), p.hi[None, :].copy(), budget=100_000)
     sess = ort.InferenceSession(str(MODELS / "vdp.onnx"))
-    x = np.random.default_rng(7).uniform(p.lo, p.hi, size=(400_000, p.n))
+    x = np.random.default_rng(7).uniform(p.lo, p.hi, size=(200_000, p.n))
     h = sess.run(None, {sess.get_inputs()[0].name: x.astype(np.float32)})[0].ravel()
     share = float(np.mean(h >= 0))
     sigma = math.sqrt(share * (1 - share) / len(x))

@@ -60,7 +60,8 @@ PI = math.pi
 PRESETS: dict[str, TrainConfig] = {
     "vdp": TrainConfig(
         system="van_der_pol", hidden=[64, 64], activation="softplus", order=1, gamma=1.0,
-        condition_margin=0.1, backup_horizon=2.0, backup_dt=0.02, rounds=20, seed=0, dt_control=0.005),
+        condition_margin=0.1, backup_horizon=2.0, backup_dt=0.02, safe_fraction=0.02, safe_margin=0.01,
+        unsafe_margin=0.01, w_condition=5.0, rounds=30, max_time=300.0, seed=0, dt_control=0.005),
     "bicycle": TrainConfig(
         system="bicycle", hidden=[32, 32], activation="softplus", order=1, gamma=5.0, input_mask=[1, 2],
         domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
