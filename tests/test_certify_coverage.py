@@ -46,11 +46,11 @@ def test_constraint_volume_is_a_tight_upper_bound(name):
 def test_refine_inside_is_a_tight_lower_bound():
     ort = pytest.importorskip("onnxruntime")
     p = _problem("vdp")
-    lower = refine_inside(p, p.lo[None, :].copy(), p.hi[None, :].copy(), budget=100_000)
+    lower = refine_inside(p, p.lo[None, :].copy(), p.hi[None, :].copy(), budget=10_000)
     sess = ort.InferenceSession(str(MODELS / "vdp.onnx"))
     x = np.random.default_rng(7).uniform(p.lo, p.hi, size=(200_000, p.n))
     h = sess.run(None, {sess.get_inputs()[0].name: x.astype(np.float32)})[0].ravel()
     share = float(np.mean(h >= 0))
     sigma = math.sqrt(share * (1 - share) / len(x))
     assert lower <= share + 4 * sigma
-    assert lower >= share - 0.01, f"lower bound {lower} is loose against the sampled {share}"
+    assert lower >= 0.98 * share, f"lower bound {lower} is loose against the sampled {share}"
