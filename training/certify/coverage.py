@@ -3,14 +3,18 @@
 Lower bound of the numerator: proven boxes wholly inside the certified set (h_lo >= 0, order 2
 also psi1_lo >= 0), after bisecting the proven boxes that straddle its boundary a few more
 times (only the h / psi1 enclosures are needed there: the conditions are already proven).
-Upper bound of the denominator: a grid of boxes over the domain, counting those where the
-constraint enclosure reaches >= 0.  Dimensions nothing depends on cancel out.
+Upper bound of the denominator: a grid of boxes over the coordinates the constraint reads,
+whose cells that straddle the constraint's boundary are bisected further, counting the cells
+where the constraint enclosure reaches >= 0.  Coordinates the constraint does not read cancel
+out of the ratio (its set is a cylinder along them), and so do those the certified set's
+enclosures do not read in ``refine_inside``: splitting them would spend the budget for nothing.
 """
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+import sympy as sp
 
 from compiler.interval import Interval
 
@@ -20,11 +24,23 @@ from .terms import lie_terms, plant_terms
 
 GRID_CELLS = 1 << 16
 REFINE_BOXES = 50_000
+EDGE_CELLS = 400_000     # constraint cells evaluated while bisecting the straddling ones
 
 
-def constraint_volume(problem: Problem) -> float:
-    """Upper bound of vol(S & D) / vol(D) over the splittable dimensions."""
-    dims = np.flatnonzero(problem.splittable)
+def constraint_reads(problem: Problem) -> np.ndarray:
+    """bool (n,): the coordinates the constraint reads (the only ones its volume depends on)."""
+    s = problem.system
+    free = sp.sympify(s.constraint_expr).free_symbols
+    reads = np.array([x in free for x in s.x_sym]) & problem.splittable
+    return reads if reads.any() else problem.splittable.copy()
+
+
+def constraint_volume(problem: Problem, budget: int = EDGE_CELLS) -> float:
+    """Upper bound of vol(S & D) / vol(D) over the splittable dimensions: a grid over the
+    coordinates the constraint reads, then the cells whose enclosure straddles 0 bisected
+    (longest relative edge) while the budget lasts; every cell that may meet S counts whole."""
+    reads = constraint_reads(problem)
+    dims = np.flatnonzero(reads)
     k = max(1, int(GRID_CELLS ** (1.0 / max(len(dims), 1))))
     axes = [np.arange(k)] * len(dims)
     idx = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, len(dims))
@@ -34,17 +50,32 @@ def constraint_volume(problem: Problem) -> float:
     lo[:, dims] = problem.lo[dims] + idx * span / k
     hi[:, dims] = problem.lo[dims] + (idx + 1) * span / k
     hi[:, dims] = np.where(idx + 1 == k, problem.hi[dims], hi[:, dims])
-    c = plant_terms(problem.plant, Interval(lo, hi), 1).constraint
-    return float(np.mean(c.hi >= 0))
+    rel_span = np.where(reads, problem.hi - problem.lo, 1.0)
+    total, evaluated = 0.0, 0
+    while True:
+        c = plant_terms(problem.plant, Interval(lo, hi), 1).constraint
+        evaluated += len(lo)
+        vol = np.prod(np.where(reads, (hi - lo) / rel_span, 1.0), axis=1)
+        total += float(vol[c.lo >= 0].sum())
+        edge = (c.hi >= 0) & ~(c.lo >= 0)
+        if not edge.any() or evaluated + 2 * int(edge.sum()) > budget:
+            return min(1.0, total + float(vol[edge].sum()))
+        lo, hi = lo[edge], hi[edge]
+        lo, hi = halve(lo, hi, np.argmax(np.where(reads, (hi - lo) / rel_span, -1.0), axis=1))
 
 
 def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int = REFINE_BOXES,
                   runner: Any = None) -> float:
     """Relative volume of the parts of the boxes (lo, hi) proven inside the certified set.
-    ``runner`` (``shards.py``; None: this process) evaluates each round in fixed chunks."""
+    Order 1 splits only the coordinates the network reads (the set is {h >= 0}); order 2 also
+    those f reads (psi1 = L_f h + alpha1 h).  ``runner`` (``shards.py``; None: this process)
+    evaluates each round in fixed chunks."""
     from .branch import CHUNK
     span = problem.hi - problem.lo
     split = problem.splittable
+    cut = problem.read_by_network & split if problem.order == 1 else split
+    if not cut.any():
+        cut = split
     total = 0.0
     evaluated = 0
     while len(lo) and evaluated + len(lo) <= budget:
@@ -60,7 +91,7 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
         total += float(np.prod(np.where(split, rel, 1.0), axis=1)[inside].sum())
         keep = meets & ~inside
         lo, hi = lo[keep], hi[keep]
-        lo, hi = halve(lo, hi, np.argmax(np.where(split, (hi - lo) / span, -1.0), axis=1))
+        lo, hi = halve(lo, hi, np.argmax(np.where(cut, (hi - lo) / span, -1.0), axis=1))
     return total
 
 
