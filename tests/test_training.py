@@ -233,6 +233,8 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         argv = ["train", "--system", "van_der_pol", "--out", "x"]
         if f.name == "activation":
             argv += [flag, "tanh"]
+        elif f.name == "label_set":
+            argv += [flag, "systems.dubins:left_circling_margin"]
         elif f.name == "order":
             argv += [flag, "2"]
         elif kind == "bool":
@@ -242,6 +244,7 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         cfg = _config_from_args(parser.parse_args(argv))
         expected = {"bool": True, "int": 7, "float": 0.375, "list[int]": [0, 1], "list[float]": [0.5, 1.5]}.get(kind, "tanh")
         expected = 2 if f.name == "order" else expected
+        expected = "systems.dubins:left_circling_margin" if f.name == "label_set" else expected
         assert getattr(cfg, f.name) == expected, f"{flag} did not set TrainConfig.{f.name}"
 
 
