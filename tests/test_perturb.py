@@ -110,7 +110,7 @@ def test_robust_margin_and_issf_keep_h_nonnegative_under_the_worst_case_disturba
     from cbfsim.filters.cbf import CBFProjection
     from cbfsim.runtime import compile_barrier
     barrier = CompiledBarrier(compile_barrier(MODEL, inputs=1))
-    bound = (0.0, 0.1)                                  # matched: the disturbance acts where u does
+    bound = (0.0, 0.3)                                  # matched: the disturbance acts where u does
     margin = disturbance_margin(MODEL, [-3, -3], [3, 3], bound)
     X0 = np.random.default_rng(0).uniform(-0.9, 0.9, (20, 2))
     worst = Perturbation(disturbance="worst_case", disturbance_bound=bound)
