@@ -211,3 +211,35 @@ def test_the_circling_label_set_lies_inside_the_full_left_safe_states_and_holds_
     assert np.all(keep[held] >= -1e-9), keep[held].min()
     share = np.mean(held[keep >= 0])
     assert share >= 0.85, share
+
+
+def test_the_fit_of_a_label_set_is_a_candidate_and_is_kept_when_the_rounds_only_make_it_worse(monkeypatch):
+    """With a label set the warm-started network is checked before any round (row 0, 'start') and
+    competes with the trained ones: when every round wrecks the network (h == 1 everywhere, so
+    h >= 0 outside the ring), the network returned is the fit itself, value for value."""
+    import training.trainer as trainer
+    from training.config import TrainConfig
+
+    def wreck(barrier, *args, **kwargs):
+        with torch.no_grad():
+            for name, p in barrier.net.named_parameters():
+                p.fill_(1.0 if name == f"{len(barrier.net) - 1}.bias" else 0.0)
+        return {}
+
+    fits = []
+    original_fit = trainer._fit_label_set
+    monkeypatch.setattr(trainer, "_fit_label_set", lambda b, *a: (original_fit(b, *a), fits.append(
+        {k: v.clone() for k, v in b.state_dict().items()})))
+    monkeypatch.setattr(trainer, "_train_round", wreck)
+    cfg = TrainConfig(system="dubins", hidden=[8], label_set="systems.dubins:left_circling_margin",
+                      n_uniform=3000, n_boundary=500, check_samples=3000, check_boundary=500,
+                      warm_start_steps=100, rounds=2, min_rounds=2, dt_control=0.0)
+    result = trainer.train_barrier(cfg, verify=False)
+    rows = result.history
+    assert rows[0].get("start") and not any(r.get("start") for r in rows[1:]) and len(rows) == 3
+    assert [r["round"] for r in rows] == [0, 1, 2]
+    assert all(r["containment_failures"] > 0 for r in rows[1:])
+    assert [i for i, r in enumerate(rows) if r.get("kept")] == [0]
+    assert result.final_check == {k: v for k, v in rows[0].items() if k in result.final_check}
+    kept = result.barrier.state_dict()
+    assert all(torch.equal(kept[k], v) for k, v in fits[0].items())

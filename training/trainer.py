@@ -119,9 +119,11 @@ def _warm_start(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg:
 def _fit_label_set(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, cfg: TrainConfig,
                    gen: torch.Generator) -> None:
     """Warm start on a known held set: regress h and its gradient on the set's margin m
-    (clipped at its 90th percentile inside, gradient by central differences), both weighted toward the
-    edge.  The gradient carries the set's slack (how an edge state's input raises h); values
-    alone fit it too loosely for the condition to hold with margin there."""
+    (clipped at its 90th percentile inside, gradient by central differences), both weighted toward
+    the edge; Adam from 10x the training rate on a cosine schedule.  The gradient carries the
+    set's slack (how an edge state's input raises h); values alone fit it too loosely for the
+    condition to hold with margin there.  The fit runs in float64 (then rounds to the float32
+    module): in float32 the regressed slack drowns in the gradient noise of the small edge weights."""
     x = pool.x.double().numpy()
     margin_of = label_set_function(cfg.label_set)
     m = np.asarray(margin_of(tools.system, x), dtype=np.float64)
@@ -131,13 +133,15 @@ def _fit_label_set(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, c
                      / (2 * step[i]) for i, e in enumerate(np.eye(x.shape[1]))], axis=1)
     grad[np.abs(m) > cap] = 0.0                                   # the clipped target is flat there
     near = np.exp(-np.abs(m) / (0.3 * cap))
-    target, grad_t, near_t = (torch.as_tensor(a, dtype=pool.x.dtype) for a in (np.clip(m, -cap, cap), grad, near))
-    opt = torch.optim.Adam(barrier.parameters(), lr=3 * cfg.lr)
+    target, grad_t, near_t = (torch.as_tensor(a, dtype=torch.float64) for a in (np.clip(m, -cap, cap), grad, near))
+    states = pool.x.double()
+    fit = copy.deepcopy(barrier).double()
+    opt = torch.optim.Adam(fit.parameters(), lr=10 * cfg.lr)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, cfg.warm_start_steps)
     for _ in range(cfg.warm_start_steps):
         idx = torch.randint(len(pool), (cfg.batch_size,), generator=gen)
-        xb = pool.x[idx].clone().requires_grad_(True)
-        h = barrier(xb).squeeze(-1)
+        xb = states[idx].clone().requires_grad_(True)
+        h = fit(xb).squeeze(-1)
         (g,) = torch.autograd.grad(h.sum(), xb, create_graph=True)
         w = near_t[idx]
         loss = torch.mean((h - target[idx]) ** 2 * (1 + 10 * w)) + torch.mean(((g - grad_t[idx]) ** 2).sum(-1) * w)
@@ -145,6 +149,7 @@ def _fit_label_set(barrier: MaskedBarrier, pool: Pool, tools: ConstraintTools, c
         loss.backward()
         opt.step()
         sched.step()
+    barrier.load_state_dict({k: v.to(barrier.state_dict()[k].dtype) for k, v in fit.state_dict().items()})
 
 
 def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarray, rng) -> Pool | None:
@@ -181,11 +186,13 @@ def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool,
 
 
 def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool | None, ce: Pool | None = None,
-                first_round: int = 0, phase: int = 0) -> tuple[MaskedBarrier, CheckResult, list, int]:
+                first_round: int = 0, phase: int = 0,
+                start: CheckResult | None = None) -> tuple[MaskedBarrier, CheckResult, list, int]:
     """Sampled counterexample rounds; ``ce``: counterexamples to start from (the certifier's).
     History rows count on from ``first_round`` (one round axis over every phase; ``phase`` 0 is
     the first sampled phase, k the one after the k-th certifier call); the round whose network
-    is returned is marked ``best_in_phase``."""
+    is returned is marked ``best_in_phase``.  ``start``: the check of ``barrier`` as given, which
+    makes the untrained network a candidate too (its row is marked ``start``)."""
     from tqdm import tqdm
 
     opt = torch.optim.Adam(barrier.parameters(), lr=cfg.lr)
@@ -197,6 +204,13 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
     last: CheckResult | None = None
     rounds_done = 0
     clean = 0
+    shift = 0                                  # rows before the first trained round
+    if start is not None:
+        history.append({"round": first_round, "phase": phase, "phase_round": 0, "start": True,
+                        "time_s": round(time.perf_counter() - t0, 3), **start.summary()})
+        score = start.failures + start.robust_failures
+        best, last, clean = (score, copy.deepcopy(barrier), start, 0), start, int(score == 0)
+        shift = 1
     for r in bar:
         for group in opt.param_groups:
             group["lr"] = cfg.lr * max(cfg.lr_decay ** r, cfg.lr_floor)
@@ -205,14 +219,14 @@ def _run_rounds(barrier, pool, system, tools, cfg, res, gen, t0, progress: bool 
         last = check(b64, system, tools, cfg, res.lo, res.hi, res.u_min, res.u_max,
                      np.random.default_rng([cfg.seed, 7, r]))
         rounds_done = r + 1
-        history.append({"round": first_round + r, "phase": phase, "phase_round": r,
+        history.append({"round": first_round + shift + r, "phase": phase, "phase_round": shift + r,
                         "time_s": round(time.perf_counter() - t0, 3), **{f"loss_{k}": v for k, v in parts.items()},
                         **last.summary()})
         bar.set_postfix(cond=last.condition_failures, cont=last.containment_failures,
                         cov=f"{last.coverage:.3f}")
         score = last.failures + last.robust_failures
         if best is None or score <= best[0]:
-            best = (score, copy.deepcopy(barrier), last, r)
+            best = (score, copy.deepcopy(barrier), last, len(history) - 1)
         clean = clean + 1 if score == 0 else 0
         if clean >= cfg.clean_checks and rounds_done >= cfg.min_rounds:
             break
@@ -253,7 +267,12 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
                             center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2,
                             periodic=system.periodic)
     _warm_start(barrier, pool, tools, config, gen)
-    barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress)
+    start = None
+    if config.label_set is not None:         # the fit of a held set may already be the best network
+        start = check(copy.deepcopy(barrier).double(), system, tools, config, res.lo, res.hi, res.u_min, res.u_max,
+                      np.random.default_rng([config.seed, 7, 0]))
+    barrier, final, history, rounds = _run_rounds(barrier, pool, system, tools, config, res, gen, t0, progress,
+                                                  start=start)
     certificate, cert_history = None, []
     if config.certify:
         barrier, final, certificate, cert_history = _certify_rounds(barrier, final, pool, system, tools, config,
