@@ -153,6 +153,13 @@ def test_a_label_set_that_is_not_an_importable_function_is_refused_naming_the_fi
         TrainConfig(system="dubins", label_set=path).resolve(get_system("dubins"))
 
 
+def test_zero_rounds_are_refused_without_a_label_set_whose_fit_would_be_the_network():
+    from training.config import ConfigError, TrainConfig
+    with pytest.raises(ConfigError, match=r"^rounds must be an integer >= 1 \(0 only with a label_set\), got 0$"):
+        TrainConfig(system="dubins", rounds=0).resolve(get_system("dubins"))
+    TrainConfig(system="dubins", rounds=0, label_set="systems.dubins:left_circling_margin").resolve(get_system("dubins"))
+
+
 def _edge_states(car, count: int, seed: int) -> np.ndarray:
     """States on the edge of left_circling_margin's set: random headings and bearings, the
     distance found by bisection between a state inside and one outside the set."""

@@ -146,9 +146,9 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
                    + _default("u_min", "the plant's"))
     t.add_argument("--u-max", action=NumberList, type=float_list, metavar="U1,U2,...",
                    help="input upper bounds the conditions must hold under" + _default("u_max", "the plant's"))
-    t.add_argument("--rounds", type=positive_int,
+    t.add_argument("--rounds", type=nonnegative_int,
                    help="at most this many counterexample rounds; raise it when failures are still falling "
-                        "at the end" + _default("rounds"))
+                        "at the end (0, with --label-set: the set's fit is the network)" + _default("rounds"))
     t.add_argument("--max-time", type=positive_float,
                    help="wall-clock budget of the rounds in seconds; raise it with --rounds" + _default("max_time"))
     t.add_argument("--seed", type=nonnegative_int, help="seed of torch and numpy; change it to see whether a "

@@ -42,6 +42,7 @@ class TrainConfig:
     hidden: list[int] = field(default_factory=lambda: [32, 32])
     activation: str = "relu"
     input_mask: list[int] | None = None                         # state indices the network sees
+    scale_inputs: bool = True                                   # map the training box to [-1, 1] first
 
     # labels: positives are states whose backup rollout keeps constraint >= safe_fraction * max;
     # with label_lost, states whose rollout leaves the set are negatives (conservative)
@@ -200,8 +201,11 @@ def validate(cfg: TrainConfig, system) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, (int, float)) or not 0 < value <= 1:
             raise ConfigError(f"{name} must be in (0, 1], got {value!r}")
-    for name in ("n_uniform", "batch_size", "rounds", "check_samples", "verify_samples", "threads",
-                 "clean_checks"):
+    if cfg.label_set is not None and cfg.rounds == 0 and isinstance(cfg.rounds, int):
+        pass                                  # the label set's fit is the network, no rounds after it
+    elif not isinstance(cfg.rounds, int) or cfg.rounds < 1:
+        raise ConfigError(f"rounds must be an integer >= 1 (0 only with a label_set), got {cfg.rounds!r}")
+    for name in ("n_uniform", "batch_size", "check_samples", "verify_samples", "threads", "clean_checks"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")

@@ -23,6 +23,9 @@ FIELD_HELP: dict[str, str] = {
                  "returning a margin per state (>= 0 inside): it replaces the backup rollouts for the safe/lost "
                  "labels and the warm start (e.g. systems.dubins:left_circling_margin, a set held with slack "
                  "where the full-left-safe set is held with none)",
+    "scale_inputs": "map the training box to [-1, 1] before the first layer (folded into the exported "
+                    "weights); turn off for a label set with sharp features at the scale of the raw states "
+                    "(the Dubins car's walls, 0.02 m), which Adam fits better from raw inputs",
     # margins
     "safe_margin": "safe-labelled states are trained to h >= this margin, not just h >= 0; raise it for a "
                    "set that keeps its safe states well inside",

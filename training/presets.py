@@ -94,7 +94,7 @@ PRESETS: dict[str, TrainConfig] = {
     "dubins": TrainConfig(
         system="dubins", hidden=[32, 32], activation="softplus", order=1, gamma=5.0,
         backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=True,
-        label_set="systems.dubins:left_circling_margin", safe_margin=0.01,
+        label_set="systems.dubins:left_circling_margin", scale_inputs=False, safe_margin=0.01,
         unsafe_margin=0.05, w_unsafe=3.0, condition_margin=0.02, warm_start_steps=20_000, n_uniform=100_000,
         check_samples=100_000, check_boundary=30_000,
         rounds=40, max_time=900.0, seed=0, dt_control=0.01),

@@ -263,9 +263,10 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     t0 = time.perf_counter()
     tools = ConstraintTools(system)
     pool, cmax = _label_pool(system, tools, config, res, rng)
+    scaled = config.scale_inputs
     barrier = MaskedBarrier(system.n, res.mask, config.hidden, config.activation, seed=config.seed,
-                            center=(res.lo + res.hi) / 2, half_width=(res.hi - res.lo) / 2,
-                            periodic=system.periodic)
+                            center=(res.lo + res.hi) / 2 if scaled else None,
+                            half_width=(res.hi - res.lo) / 2 if scaled else None, periodic=system.periodic)
     _warm_start(barrier, pool, tools, config, gen)
     start = None
     if config.label_set is not None:         # the fit of a held set may already be the best network
