@@ -43,7 +43,7 @@ struct Entry {
 };
 
 // Whether `obj` is an exact ndarray of native, aligned, C-contiguous float64 with shape (n,)
-// (rows == 0) or (n, rows).
+// (cols == 0) or (n, cols).
 inline bool fits(PyObject* obj, npy_intp n, npy_intp cols) {
     if (!PyArray_CheckExact(obj)) return false;
     PyArrayObject* a = reinterpret_cast<PyArrayObject*>(obj);
@@ -102,7 +102,7 @@ PyObject* entry_new(PyTypeObject* type, PyObject* args, PyObject* kwargs) {
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "KinnOO", const_cast<char**>(keywords), &address, &order,
                                      &n, &m, &fallback, &owner))
         return nullptr;
-    if (address == 0 || (order != 1 && order != 2) || n < 1 || m < 1 || 3 + 2 * m > kMaxOutputs) {
+    if (address == 0 || (order != 1 && order != 2) || n < 1 || m < 0 || 3 + 2 * m > kMaxOutputs) {
         PyErr_SetString(PyExc_ValueError, "Entry: null address, order not 1 or 2, or n, m out of range");
         return nullptr;
     }

@@ -36,15 +36,16 @@ def tanh_net(order: int) -> Model:
     return Model(tuple(layers[:-1]), N, name=f"fastcall{order}")
 
 
-@pytest.fixture(scope="module", params=[1, 2], ids=["lie", "lie2"])
+@pytest.fixture(scope="module", params=[(1, M), (2, M), (1, 0), (2, 0)], ids=["lie", "lie2", "lie-m0", "lie2-m0"])
 def libs(request):
-    """(order, model, the binding as compile_barrier loads it, the same library through ctypes only)."""
+    """(order, m, model, the binding as compile_barrier loads it, the same library through ctypes
+    only); m = 0 is an autonomous plant (G is n x 0)."""
     from compiler.load import CompiledLie
     from cbfsim.runtime import compile_barrier
-    order = request.param
+    order, m = request.param
     model = tanh_net(order)
-    lib = compile_barrier(model, inputs=M, order=order)
-    return order, model, lib, CompiledLie(lib.library_path, use_extension=False)
+    lib = compile_barrier(model, inputs=m, order=order, name=f"fastcall{order}m{m}")
+    return order, m, model, lib, CompiledLie(lib.library_path, use_extension=False)
 
 
 def extension_expected() -> bool:
@@ -53,10 +54,10 @@ def extension_expected() -> bool:
         os.environ.get("CBFSIM_FASTCALL", "1") != "0"
 
 
-def states(order: int, count: int, seed: int = 0) -> tuple[np.ndarray, ...]:
+def states(order: int, m: int, count: int, seed: int = 0) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(seed)
-    arrays = (rng.uniform(-2, 2, (count, N)), rng.normal(size=(count, N)), rng.normal(size=(count, N, M)),
-              rng.normal(size=(count, N)), rng.normal(size=(count, N, M)))
+    arrays = (rng.uniform(-2, 2, (count, N)), rng.normal(size=(count, N)), rng.normal(size=(count, N, m)),
+              rng.normal(size=(count, N)), rng.normal(size=(count, N, m)))
     return arrays[:3] if order == 1 else arrays
 
 
@@ -69,10 +70,10 @@ def flat(results) -> np.ndarray:
 
 
 def test_single_states_take_the_extension_and_give_the_ctypes_and_batch_bits(libs):
-    order, model, lib, plain = libs
+    order, m, model, lib, plain = libs
     assert lib.single_state_path == ("extension" if extension_expected() else lib.single_state_path)
     assert plain.single_state_path == "ctypes (use_extension=False)"
-    args = states(order, 300)
+    args = states(order, m, 300)
     fast = np.array([flat(call(lib, order, *(a[i] for a in args))) for i in range(300)])
     slow = np.array([flat(call(plain, order, *(a[i] for a in args))) for i in range(300)])
     batch = np.column_stack([np.reshape(r, (300, -1)) for r in call(plain, order, *args)])
@@ -86,7 +87,7 @@ def test_single_states_take_the_extension_and_give_the_ctypes_and_batch_bits(lib
     for got, want in zip(one, call(plain, order, *(a[0] for a in args))):
         assert type(got) is type(want)
         if isinstance(got, np.ndarray):
-            assert got.shape == (M,) and got.dtype == np.float64 and got.flags.owndata and got.flags.writeable
+            assert got.shape == (m,) and got.dtype == np.float64 and got.flags.owndata and got.flags.writeable
             got[:] = 1e9
     assert np.array_equal(flat(again), fast[0])
     kwargs = dict(zip(("x", "f", "G", "Dff", "DfG"), (a[1] for a in args)))
@@ -95,11 +96,11 @@ def test_single_states_take_the_extension_and_give_the_ctypes_and_batch_bits(lib
 
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
 def test_non_finite_inputs_give_nan_outputs_on_every_path_and_leave_no_trace(libs, bad):
-    order, _, lib, plain = libs
-    args = [a[0] for a in states(order, 1, seed=3)]
+    order, m, _, lib, plain = libs
+    args = [a[0] for a in states(order, m, 1, seed=3)]
     clean = flat(call(lib, order, *args))
     for k in range(len(args)):
-        for pos in (0, args[k].size - 1):
+        for pos in sorted({0, args[k].size - 1} if args[k].size else ()):     # G is empty when m = 0
             broken = [a.copy() for a in args]
             broken[k].flat[pos] = bad
             fast, slow = flat(call(lib, order, *broken)), flat(call(plain, order, *broken))
@@ -108,16 +109,16 @@ def test_non_finite_inputs_give_nan_outputs_on_every_path_and_leave_no_trace(lib
             assert np.array_equal(flat(call(lib, order, *args)), clean)     # the next call is unaffected
 
 
-def _variants(order: int) -> dict:
+def _variants(order: int, m: int) -> dict:
     """Arguments of every kind a caller may pass for one state: (x, f, G[, Dff, DfG])."""
-    args = [a[0] for a in states(order, 1, seed=5)]
+    args = [a[0] for a in states(order, m, 1, seed=5)]
     x, f, G = args[:3]
     rest = tuple(args[3:])
     unaligned = np.frombuffer(bytearray(8 * N + 1), dtype=np.float64, count=N, offset=1)
     unaligned[:] = x
     readonly = x.copy()
     readonly.flags.writeable = False
-    wide = np.zeros((N, 2 * M))
+    wide = np.zeros((N, 2 * m))
     wide[:, ::2] = G
     return {
         "float64 contiguous": (x, f, G, *rest),
@@ -154,9 +155,9 @@ def _outcome(lib, order: int, args) -> tuple:
 
 
 def test_every_kind_of_argument_is_converted_or_refused_as_the_ctypes_binding_does(libs):
-    order, _, lib, plain = libs
+    order, m, _, lib, plain = libs
     refused = set()
-    for name, args in _variants(order).items():
+    for name, args in _variants(order, m).items():
         fast, slow = _outcome(lib, order, args), _outcome(plain, order, args)
         assert fast[0] == slow[0], (name, fast, slow)
         if fast[0] == "ok":
@@ -166,28 +167,28 @@ def test_every_kind_of_argument_is_converted_or_refused_as_the_ctypes_binding_do
             refused.add(name)
     # the checks still bite: wrong shapes are a ShapeError naming the array and both shapes
     assert {"x short", "f long", "G transposed", "G flat", "too few", "too many", "x strings", "x None"} <= refused
-    assert _outcome(lib, order, _variants(order)["G transposed"]) == \
-        (ShapeError, f"G must have shape ({N}, {M}), got ({M}, {N})")
-    same = flat(call(lib, order, *_variants(order)["float64 contiguous"]))
+    assert _outcome(lib, order, _variants(order, m)["G transposed"]) == \
+        (ShapeError, f"G must have shape ({N}, {m}), got ({m}, {N})")
+    same = flat(call(lib, order, *_variants(order, m)["float64 contiguous"]))
     for name in ("G Fortran order", "G strided view", "x strided view", "x big-endian", "x unaligned",
                  "x read-only", "x masked array"):
-        assert np.array_equal(flat(call(lib, order, *_variants(order)[name])), same), name
+        assert np.array_equal(flat(call(lib, order, *_variants(order, m)[name])), same), name
 
 
 def test_lie2_of_a_first_order_barrier_is_refused_on_every_path():
     from compiler.load import CompiledLie
     from cbfsim.runtime import compile_barrier
     lib = compile_barrier(tanh_net(1), inputs=M, order=1)
-    args = [a[0] for a in states(2, 1)]
+    args = [a[0] for a in states(2, M, 1)]
     for binding in (lib, CompiledLie(lib.library_path, use_extension=False)):
         with pytest.raises(ValueError, match="compiled for order 1; compile with order=2 for lie2"):
             binding.lie2(*args)
 
 
 def test_threads_sharing_the_extension_entry_get_the_serial_bits(libs):
-    order, _, lib, plain = libs
+    order, m, _, lib, plain = libs
     count, threads = 2000, 6
-    args = states(order, count, seed=9)
+    args = states(order, m, count, seed=9)
     serial = np.array([flat(call(plain, order, *(a[i] for a in args))) for i in range(count)])
     got = np.empty((threads, count, serial.shape[1]))
     start = threading.Barrier(threads)
@@ -243,7 +244,7 @@ from cbfsim.runtime import compile_barrier
 from compiler import cache
 from tests.test_binding_fastcall import M, N, states, tanh_net
 lib = compile_barrier(tanh_net(1), inputs=M, order=1)
-x, f, G = states(1, 3)
+x, f, G = states(1, M, 3)
 lib.lie(x, f, G)
 print(len(cache.entries("extension")))
 single = lib.lie(x[0], f[0], G[0])
