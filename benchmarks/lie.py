@@ -24,9 +24,11 @@ Rows:
 4. Python binding (``compile_barrier(...).lie``/``lie2``): us per call for one state
    (float64 numpy in, floats/numpy out) and ns per state for a 1000-state batch (float64
    arrays in): median (and min) of 7 timeit repeats of ~50 ms after a warm-up call (3 x
-   20 ms with --quick). Beside the one-state call, in CPU time and interleaved: a raw
-   ctypes call of the library's float32 entry with its pointers prepared (the floor of any ctypes binding) and an empty
-   ctypes call, and the binding's ratio to the raw call.
+   20 ms with --quick). Beside the one-state call, in CPU time and interleaved: the same call
+   through the binding's ctypes path only (``use_extension=False``: the binding without its
+   single-state extension, ``compiler/fastcall.cpp``), a raw ctypes call of the library's
+   float32 entry with its pointers prepared (the floor of any ctypes binding) and an empty
+   ctypes call, and the binding's ratio to the raw call (issue 24: target <= 1.5).
 5. torch (1 thread, as the compiled code): ``torch.autograd`` (h, grad by autograd.grad,
    L_f h = grad.f, L_G h = grad.G; double backward for the order-2 terms) and
    ``torch.func`` (jvp of h along f and each G column, nested jvp for order 2, vmapped
@@ -272,6 +274,8 @@ def fmt(v: float) -> str:
 def measure(p: dict, args) -> dict:
     """Accuracy first (never time a wrong answer), then the C loop, the binding and torch."""
     import torch
+
+    from compiler.load import CompiledLie
     case, d, parts, lib = p["case"], p["dir"], p["parts"], p["lib"]
     repeat, budget = (3, 0.02) if args.quick else (7, 0.05)
     net64 = make_model(case).double()
@@ -290,14 +294,18 @@ def measure(p: dict, args) -> dict:
         ns = [float(v) for v in out.split()]
         r["c_ns"][tag] = (statistics.median(ns), min(ns), max(ns))
     single = [a[0] for a in parts]
-    # one state: the binding, a raw ctypes call of the library's float32 entry
+    r["path"] = lib.single_state_path            # builds the extension (untimed) when it is used
+    plain = CompiledLie(lib.library_path, use_extension=False)
+    plain_call = plain.lie if case.order == 1 else plain.lie2
+    # one state: the binding, its ctypes path alone, a raw ctypes call of the library's float32 entry
     # (float32 arrays and output allocated once, their addresses passed as ints) and an empty
     # ctypes call, each timed in CPU time (process_time: the machine may be shared), interleaved
     f32 = [np.ascontiguousarray(a, dtype=np.float32) for a in single]
     out32 = np.empty(p["k"], np.float32)
     raw = lib._lib.cbf_lie if case.order == 1 else lib._lib.cbf_lie2
     pointers = [a.ctypes.data for a in f32] + [out32.ctypes.data, None]
-    jobs = {"py_single": lambda: call(*single), "py_raw": lambda: raw(*pointers),
+    jobs = {"py_single": lambda: call(*single), "py_ctypes": lambda: plain_call(*single),
+            "py_raw": lambda: raw(*pointers),
             "py_empty": lib._lib.cbf_abi_version}
     rounds = {k: [] for k in jobs}
     for _ in range(3):
@@ -386,6 +394,10 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         [binding(r, "py_single", 1e6, 2.0, lambda v: f"{v:.2f}") for r in results])
     row(f"Python binding, batch {STATES}: ns/state, median (min) (target ≤ 300)",
         [binding(r, "py_batch", 1e9, 300.0, lambda v: f"{v:.0f}") for r in results])
+    row("binding's one-state path", [r["path"] for r in results])
+    row("binding through ctypes only (`use_extension=False`), one state: µs [g]",
+        [f"{r['py_ctypes'][0] * 1e6:.2f} (min {r['py_ctypes'][1] * 1e6:.2f}; "
+         f"{r['py_ctypes'][0] / r['py_raw'][0]:.2f}× raw)" for r in results])
     row("raw ctypes call of the float32 entry (`cbf_lie`/`cbf_lie2`, pointers prepared): µs [g]",
         [f"{r['py_raw'][0] * 1e6:.2f} (min {r['py_raw'][1] * 1e6:.2f})" for r in results])
     row("empty ctypes call `cbf_abi_version()`: µs [g]", [f"{r['py_empty'][0] * 1e6:.2f}" for r in results])
@@ -421,7 +433,7 @@ def table(preps: list, results: list, flags: dict, valgrind: bool, args) -> str:
         f"[d] Per output: max |compiled - torch float64| / max |torch float64| over {STATES} states "
         f"(x ~ U(-1,1), f, G, Dff, DfG ~ N(0,1), float32-rounded); tolerance {TOL:g} for the float32 header.",
         f"[e] {reps} repeats of {calls:,} calls cycling through the {STATES} states, after one warm-up repeat.",
-        "[g] CPU time (time.process_time), three interleaved rounds of the four one-state calls, median of their "
+        "[g] CPU time (time.process_time), three interleaved rounds of the five one-state calls, median of their "
         "medians: wall time on a shared machine measures the neighbours. The binding's one-state row above is "
         "timed the same way.",
         *([f"[f] This CPU has AVX-512, which valgrind 3.19 cannot decode: instruction counts of -march=native "

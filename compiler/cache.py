@@ -1,7 +1,8 @@
 """The content-addressed build cache: one folder per key, published whole, verified before use.
 
 Every compiled library goes through ``get_or_build``: compiled barriers (``compiler.build``,
-at the top of the cache) and compiled closed loops (``cbfsim.engine``, under ``engines/``).
+at the top of the cache), compiled closed loops (``cbfsim.engine``, under ``engines/``) and
+the binding's single-state extension (``compiler.fastcall``, under ``extensions/``).
 Why each rule:
 * Builds run in a private folder and are published by one atomic rename, so concurrent
   compiles of one model (pytest workers, a Dask cluster) never read each other's half-written
@@ -40,7 +41,7 @@ MANIFEST = "manifest.json"
 _PRIVATE = (".build-", ".trash-")      # folders of builds in progress and of removals
 # Every kind of entry and the folder (under the cache) that holds its entries; "" is the
 # cache itself, whose other non-hidden folders are barrier entries.
-KINDS: dict[str, str] = {"barrier": "", "engine": "engines"}
+KINDS: dict[str, str] = {"barrier": "", "engine": "engines", "extension": "extensions"}
 
 
 def cache_dir() -> Path:

@@ -1,9 +1,17 @@
 """ctypes binding of a compiled barrier: numpy in, numpy (float64) out, shapes checked.
 
-Safe to share between threads (ctypes releases the GIL during each C call): every call gets
-its own output buffer, and its own workspace -- on the entry's stack when it is at most
-``emit_abi.STACK_WORKSPACE_BYTES``, else one buffer per thread allocated here (a thread
-runs one C call at a time, so the buffer is never used by two calls at once).
+Single-state calls with float64 arrays (what a closed loop makes once per step) go through
+one call of a small CPython extension (``compiler.fastcall``) into the library's float64
+entry: about 0.5 us for the bicycle instead of 1.5 us through ctypes. Everything else (other
+dtypes, lists, non-contiguous arrays, batches, wrong shapes) takes the ctypes paths below,
+which convert or refuse with a ShapeError; so does every call when the extension cannot be
+built. Both reach the same C function, so the same bits. Non-finite inputs give NaN outputs
+on every path (the header's own input check).
+
+Safe to share between threads (ctypes and the extension release the GIL during each C call):
+every call gets its own output buffer, and its own workspace -- on the entry's stack when it
+is at most ``emit_abi.STACK_WORKSPACE_BYTES``, else one buffer per thread allocated here (a
+thread runs one C call at a time, so the buffer is never used by two calls at once).
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import fastcall
 from .emit_abi import ABI_VERSION, NEEDS_WORKSPACE, SIGNATURES, STACK_WORKSPACE_BYTES
 from .errors import ShapeError, ToolchainError
 
@@ -24,7 +33,8 @@ _F64_BYTES = 8
 class CompiledLie:
     """A loaded barrier library. ``lie``/``lie2`` accept one state (n,) or a batch (B, n)."""
 
-    def __init__(self, library: Path, dtype: str = "float", header_path: Path | None = None, report=None):
+    def __init__(self, library: Path, dtype: str = "float", header_path: Path | None = None, report=None,
+                 use_extension: bool = True):
         self.library_path = Path(library)
         self.header_path = header_path
         self.report = report
@@ -51,14 +61,14 @@ class CompiledLie:
         # Scratch memory: None lets the entry use its stack; above the limit, one buffer per thread.
         self._own_workspace = self.workspace_bytes > STACK_WORKSPACE_BYTES
         self._per_thread = threading.local()
-        # Single-state path, for closed loops that call once per step: float64 arrays of the
-        # right shape go as bytes (tobytes, any layout) into float64 entries that convert to
+        # ctypes single-state path (what the extension hands back, and what runs without it):
+        # float64 arrays of the right shape go as bytes (tobytes, any layout) into float64 entries that convert to
         # the header's scalar in C. Each call takes a free output buffer from a list (pop and
         # append are atomic under the GIL) and puts it back after copying the results out, so
         # no two calls ever share one: 0.06 us instead of 0.2 us for a fresh ctypes array and
         # numpy views of it. (One shared buffer gave threads each other's results.)
         # Every numpy call, and taking an array's address, costs more from Python than the
-        # C call itself (benchmarks/lie.py: about 1.1 us per lie call, 1.7 us per lie2 call).
+        # C call itself (bicycle: about 1.5 us per call against 0.5 us through the extension).
         self._lie_out = ctypes.c_double * (2 + m)
         self._lie2_out = ctypes.c_double * (3 + 2 * m)
         self._lie_buffers: list[tuple] = []      # free output buffers (+ views) of the fast paths
@@ -70,6 +80,50 @@ class CompiledLie:
         # when the entry's buffers and workspace fit its stack).
         self._lie_vec = vec if self._lie_f64 is not None else (-1,)
         self._lie2_vec = vec if self._lie2_f64 is not None else (-1,)
+        # What lie/lie2 call: until the first single state, a setup that then picks the
+        # extension's entry (built then, so batch-only users never build it) or the ctypes path.
+        self._use_extension = use_extension
+        self._lie_call = self._lie_first
+        self._lie2_call = self._lie2_first if self.order == 2 else self._lie2_refused
+
+    def _entry(self, order: int):
+        """The extension's Entry for ``lie``/``lie2`` (order 1/2), or the ctypes path when the
+        library has no float64 entry, the outputs are too many, or the extension is unavailable."""
+        ctypes_path = self._lie_ctypes if order == 1 else self._lie2_ctypes
+        fn = self._lie_f64 if order == 1 else self._lie2_f64
+        entry_type = fastcall.entry_type() if self._use_extension and fn is not None else None
+        if entry_type is None or 3 + 2 * self.m > entry_type.max_outputs:
+            return ctypes_path
+        return entry_type(ctypes.cast(fn, ctypes.c_void_p).value, order, self.n, self.m, ctypes_path, self._lib)
+
+    def _lie_first(self, x, f, G):
+        if np.ndim(x) == 1:             # batches never need the extension: no build for them
+            self._lie_call = self._entry(1)
+            return self._lie_call(x, f, G)
+        return self._lie_ctypes(x, f, G)
+
+    def _lie2_first(self, x, f, G, Dff, DfG):
+        if np.ndim(x) == 1:
+            self._lie2_call = self._entry(2)
+            return self._lie2_call(x, f, G, Dff, DfG)
+        return self._lie2_ctypes(x, f, G, Dff, DfG)
+
+    @staticmethod
+    def _lie2_refused(*args):
+        raise ValueError("this barrier was compiled for order 1; compile with order=2 for lie2")
+
+    @property
+    def single_state_path(self) -> str:
+        """"extension", or "ctypes" and why: the path one state of float64 arrays takes through
+        ``lie`` (sets the path up, building the extension if needed)."""
+        if self._lie_call == self._lie_first:
+            self._lie_call = self._entry(1)
+        if self._lie_call != self._lie_ctypes:
+            return "extension"
+        why = ("no float64 entry (outputs above the stack limit)" if self._lie_f64 is None else
+               "use_extension=False" if not self._use_extension else
+               fastcall.unavailable_reason() or "too many outputs for the extension")
+        return f"ctypes ({why})"
 
     def _new_buffers(self, out_type) -> tuple:
         """A fresh output array and numpy views of its L_G h (and L_G L_f h) parts."""
@@ -126,6 +180,14 @@ class CompiledLie:
 
     def lie(self, x, f, G):
         """(h, L_f h, L_G h): floats and (m,) for one state; (B,), (B,), (B, m) for a batch."""
+        return self._lie_call(x, f, G)
+
+    def lie2(self, x, f, G, Dff, DfG):
+        """(h, L_f h, L_G h, L_f^2 h, L_G L_f h); Dff = f'(x) f, DfG = f'(x) G."""
+        return self._lie2_call(x, f, G, Dff, DfG)
+
+    def _lie_ctypes(self, x, f, G):
+        """``lie`` through ctypes: every call the extension does not take."""
         # fast path: float64 arrays of the right shapes (written out: a helper call per array
         # would cost more than the C call; anything without .dtype/.shape goes the general way)
         try:
@@ -151,10 +213,8 @@ class CompiledLie:
         res = self._batch(names, args, self._lib.cbf_lie_batch, 2 + self.m)
         return res[:, 0], res[:, 1], res[:, 2:]
 
-    def lie2(self, x, f, G, Dff, DfG):
-        """(h, L_f h, L_G h, L_f^2 h, L_G L_f h); Dff = f'(x) f, DfG = f'(x) G."""
-        if self.order != 2:
-            raise ValueError("this barrier was compiled for order 1; compile with order=2 for lie2")
+    def _lie2_ctypes(self, x, f, G, Dff, DfG):
+        """``lie2`` through ctypes (order 2 only: ``lie2`` refuses order 1 before)."""
         try:
             vec, mat = self._lie2_vec, self._mat_shape
             fast = x.dtype is f.dtype is G.dtype is Dff.dtype is DfG.dtype is _F64 \
