@@ -17,7 +17,6 @@ evaluates f, G (and f' products) from a system and calls the barrier once for th
 from __future__ import annotations
 
 import copy
-import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Protocol, runtime_checkable
 
@@ -28,7 +27,6 @@ from compiler.periodic import is_periodic_embedding
 
 
 _F64 = np.dtype(np.float64)
-_SINGLE_STATE_LOCK = threading.Lock()
 
 
 def as_batch(x: Any, n: int, what: str = "x") -> np.ndarray:
@@ -259,11 +257,9 @@ class CompiledBarrier(_Checked):
                 and x.dtype == F.dtype == G.dtype == _F64:
             # one state: the library's single-state entry (float64 packed, converted to the
             # header's scalar in C -- the conversion numpy does for the batch entry -- then
-            # the same C function, so the same bits) costs a few us instead of ~20 us. It
-            # reuses one output buffer per library, so calls are serialised (the batch entry
-            # this replaces was thread safe).
-            with _SINGLE_STATE_LOCK:
-                h, Lf, Lg = self.lib.lie(x[0], F[0], G[0])
+            # the same C function, so the same bits) costs a few us instead of ~20 us; it is
+            # thread safe (no output buffer shared between calls), like the batch entry.
+            h, Lf, Lg = self.lib.lie(x[0], F[0], G[0])
             Lg1 = np.array([Lg], dtype=np.float64)
             if Lg1.shape == (1, m):
                 return LieTerms(np.array([h], dtype=np.float64), np.array([Lf], dtype=np.float64), Lg1)
@@ -279,8 +275,7 @@ class CompiledBarrier(_Checked):
                 and x.shape == F.shape == Dff.shape == (1, n) and G.shape == DfG.shape == (1, n, m) \
                 and x.dtype == F.dtype == G.dtype == Dff.dtype == DfG.dtype == _F64:
             # one state: the single-state entry, as in ``lie`` (same C function, same bits)
-            with _SINGLE_STATE_LOCK:
-                h, Lf, Lg, Lf2, LgLf = self.lib.lie2(x[0], F[0], G[0], Dff[0], DfG[0])
+            h, Lf, Lg, Lf2, LgLf = self.lib.lie2(x[0], F[0], G[0], Dff[0], DfG[0])
             Lg1, LgLf1 = np.array([Lg], dtype=np.float64), np.array([LgLf], dtype=np.float64)
             if Lg1.shape == LgLf1.shape == (1, m):
                 return LieTerms2(np.array([h], dtype=np.float64), np.array([Lf], dtype=np.float64), Lg1,
