@@ -10,6 +10,18 @@ from pathlib import Path
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
+BLAS_POOLS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist (``-n``) every worker is already one process per core: a BLAS/OpenMP
+    pool per worker only oversubscribes the cores, and OpenBLAS's spinning threads made a
+    400-point network evaluation 14x slower on 2 cores (16 ms against 1.1 ms). Set here, in the
+    controller, before the workers start, so they and their subprocesses inherit it; a value
+    the caller set wins."""
+    if getattr(config.option, "numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
+        for var in BLAS_POOLS:
+            os.environ.setdefault(var, "1")
 
 
 def require_tool(tool: str, install: str) -> str:
