@@ -2,10 +2,10 @@
 heading periodic) in a circular arena of radius 3 m with a disk obstacle of radius 0.5 m at its
 centre, and a Softplus 3-64-64-1 neural barrier that reads the heading as (sin, cos) (the
 exported network starts with the periodic embedding): the float64 fit of a set the input holds
-with slack (systems.dubins:left_circling_margin). It passes the sampled verifier, but is not
-certified yet: at dt = 10 ms, eps = 0.03, the certifier's search ran out of time (no box refuted). The nominal
-controller steers straight at the obstacle, and every start faces it; the filter must turn the
-car away in time, and keep it turning inside the arena.
+with slack (systems.dubins:left_circling_margin). It passes the sampled verifier but is not
+certified yet: at dt = 10 ms, eps = 0.03, the certifier's search ran out of time (no box
+refuted). The nominal controller steers straight at the obstacle, and every start faces it; the
+filter must turn the car away in time, and keep it turning inside the arena.
 
     python experiments/dubins.py            # shipped model; results/dubins/
     python experiments/dubins.py --retrain  # train the barrier anew first (about 5 minutes idle)
