@@ -8,7 +8,12 @@ first use (PEP 562), so ``cbfsim cache`` does not load the compiler's scipy.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:   # for type checkers and the API docs (mkdocstrings reads the source); not run
+    from compiler.api import compile_barrier
+    from compiler.build import CXXFLAGS, build_library
+    from compiler.load import CompiledLie
 
 _EXPORTS: dict[str, str] = {
     "CompiledLie": "compiler.load",
