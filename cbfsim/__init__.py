@@ -1,9 +1,10 @@
 """cbfsim: closed-loop simulation of neural control-barrier-function safety filters.
 
 The curated public API, importable from the top level (``from cbfsim import simulate``).
-Names resolve lazily on first use, so ``import cbfsim`` loads neither torch nor the compiler;
-``simulate`` and ``simulate_batch`` are bound at import, because the submodule of the same
-name would otherwise shadow the function once anything imports ``cbfsim.simulate``.
+Names resolve lazily on first use (PEP 562), so ``import cbfsim`` loads neither torch, the
+compiler nor osqp/scipy (the CLI starts fast). ``simulate`` and ``simulate_batch`` are lazy too:
+the package refuses to let the import system bind the submodule ``cbfsim.simulate`` over the
+function of the same name, so ``cbfsim.simulate`` is always the function.
 
 Compile and load a barrier: ``compile_barrier``. Barriers: ``CompiledBarrier``,
 ``TorchBarrier``, ``AnalyticBarrier``. Filters: ``CBFQP``, ``HOCBFQP``, ``CBFProjection``,
@@ -16,6 +17,8 @@ error cbfsim raises on purpose. Campaigns: ``cbfsim.campaign``; the compiled clo
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 from typing import Any
 
 _EXPORTS: dict[str, str] = {
@@ -40,11 +43,24 @@ _EXPORTS: dict[str, str] = {
     "disturbance_margin": "cbfsim.perturb",
     "get_system": "systems",
     "CbfsimError": "compiler.errors",
+    "simulate": "cbfsim.simulate",
+    "simulate_batch": "cbfsim.simulate",
 }
+_SHADOWED = ("simulate", "simulate_batch")   # submodule (or its parent) names that are also functions
 
-from .simulate import simulate, simulate_batch  # noqa: E402  (see the docstring)
+__all__ = sorted(_EXPORTS)
 
-__all__ = sorted([*_EXPORTS, "simulate", "simulate_batch"])
+
+class _Package(types.ModuleType):
+    """The cbfsim module, keeping ``simulate`` the function when the submodule is imported."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in _SHADOWED and isinstance(value, types.ModuleType):
+            return          # the import system binding cbfsim.simulate (the module); the function keeps the name
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __getattr__(name: str) -> Any:

@@ -20,8 +20,6 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
-import numpy as np
-
 from compiler.cli_errors import (EXIT_USAGE, NumberList, NumberListAppend, OneLineParser, add_common_flags, assignment,
                                  check_can_create, finite_float, float_list, nonnegative_float, output_directory,
                                  positive_float, positive_int, run_parsed)
@@ -103,27 +101,26 @@ def simulate_main(argv: Sequence[str]) -> int:
 
 
 def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from .barriers import CompiledBarrier
-    from .classk import Linear
-    from .filters import CBFQP, CBFProjection, HOCBFQP
-    from .plots import phase_portrait, time_series
-    from .claim import load_claim
-    from .preflight import card_findings, certified_margin, load_certificate, report
-    from .runtime import compile_barrier
-    from .simulate import simulate_batch
-    from systems import get_system
+    # Each module is imported where it is first needed (matplotlib, osqp and the compiler cost
+    # seconds of CPU), so a bad card, start or controller is reported without loading them.
     from training.model_card import load_card
 
     starts = list(args.x0 or []) + (read_starts(args.x0_file) if args.x0_file is not None else [])
     card = load_card(args.card)
+    from systems import get_system
     system = get_system(card.system, **card.system_params)
     for k, start in enumerate(starts):
         if len(start) != system.n:
             where = f"start {k + 1} (of --x0 / --x0-file)" if len(starts) > 1 else "--x0"
             parser.error(f"{where} needs {system.n} numbers ({', '.join(system.state_names)}), got {len(start)}")
+    import numpy as np
     X0 = np.asarray(starts, dtype=np.float64)
     controller = args.controller or system.nominal_names[0]
     system.nominal(controller)                  # an unknown name fails here, before any work
+    from .barriers import CompiledBarrier
+    from .claim import load_claim
+    from .preflight import card_findings, certified_margin, load_certificate, report
+    from .runtime import compile_barrier
     barrier = CompiledBarrier(compile_barrier(card.onnx_path(args.card), inputs=system.m, order=card.order))
     gains = card.gains
     certificate = load_certificate(Path(args.card))
@@ -142,6 +139,8 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                      "use --filter none")
     if faces and args.filter == "projection":
         parser.error("the certificate's face rows need --filter osqp (the projection solves one row)")
+    from .classk import Linear
+    from .filters import CBFQP, CBFProjection, HOCBFQP
     if args.filter == "none":
         filt = None
     elif card.order == 1:
@@ -150,6 +149,7 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     else:
         filt = HOCBFQP(system, Linear(gains["alpha1"]), Linear(gains["alpha2"]), solver=args.filter, margin=margin,
                        faces=faces)
+    from .simulate import simulate_batch
     with output_directory(args.out):
         traj = simulate_batch(system, barrier, filt, controller, X0, args.t_final, dt, dt / args.substeps,
                               order=card.order, metadata={"card_preflight": [f.to_dict() for f in findings],
@@ -160,6 +160,7 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 traj.x, lambda z: certified_value(barrier.lib, system, z, card.order, gains), system.state_names)
         report(findings, strict=False, where="")        # warned once the run stands (errors stay one line)
         traj.save(args.out / "trajectory.npz")
+        from .plots import phase_portrait, time_series
         runs = "" if len(X0) == 1 else f", {len(X0)} runs"
         phase_portrait(args.out / "phase_portrait.png", system, barrier.value, trajectories=traj, fixed=X0[0],
                        max_runs=len(X0), title=f"{system.name}: {args.filter} filter{runs}")
