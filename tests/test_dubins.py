@@ -157,7 +157,8 @@ def test_zero_rounds_are_refused_without_a_label_set_whose_fit_would_be_the_netw
     from training.config import ConfigError, TrainConfig
     with pytest.raises(ConfigError, match=r"^rounds must be an integer >= 1 \(0 only with a label_set\), got 0$"):
         TrainConfig(system="dubins", rounds=0).resolve(get_system("dubins"))
-    TrainConfig(system="dubins", rounds=0, label_set="systems.dubins:left_circling_margin").resolve(get_system("dubins"))
+    with_set = TrainConfig(system="dubins", rounds=0, label_set="systems.dubins:left_circling_margin")
+    with_set.resolve(get_system("dubins"))
 
 
 def _edge_states(car, count: int, seed: int) -> np.ndarray:
