@@ -16,10 +16,11 @@ error cbfsim raises on purpose. Campaigns: ``cbfsim.campaign``; the compiled clo
 """
 from __future__ import annotations
 
-import importlib
 import sys
 import types
 from typing import Any
+
+from .lazy import lazy_exports
 
 _EXPORTS: dict[str, str] = {
     "compile_barrier": "cbfsim.runtime",
@@ -63,13 +64,4 @@ class _Package(types.ModuleType):
 sys.modules[__name__].__class__ = _Package
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'cbfsim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)

@@ -7,8 +7,9 @@ first use (PEP 562), so ``cbfsim cache`` does not load the compiler's scipy.
 """
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cbfsim.lazy import lazy_exports
 
 if TYPE_CHECKING:   # for type checkers and the API docs (mkdocstrings reads the source); not run
     from compiler.api import compile_barrier
@@ -24,13 +25,4 @@ _EXPORTS: dict[str, str] = {
 __all__ = ["CompiledLie", "compile_barrier", "build_library", "CXXFLAGS"]
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports(globals(), _EXPORTS)
