@@ -227,7 +227,9 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
     phase_portrait(fig_dir / "phase_portrait.png", system, value, trajectories=showcase_more,
                    nominal=showcase_nominal, title=f"{spec.title}: filtered vs nominal", **portrait)
     phase_portrait(fig_dir / "phase_portrait_random.png", system, value, trajectories=filtered[:40], nominal=None,
-                   title=f"{spec.title}: {min(runs, 40)} filtered runs from random certified states", **portrait)
+                   title=f"{spec.title}\n{min(runs, 40)} filtered runs from random "
+                         f"{'certified states' if claim.holds else 'starts in {h >= 0}'}",
+                   **portrait)
     x0_text = ", ".join(f"{name} = {v:g}" for name, v in zip(system.state_names, showcase_x0[0]))
     time_series(fig_dir / "showcase_time_series.png", showcase,
                 title=f"{spec.title}: one run from {x0_text} (OSQP filter)")

@@ -102,8 +102,11 @@ def plot_training_curves(path: str | Path, history: Sequence[dict[str, Any]], ti
     for ax in (ax_loss, ax_fail, ax_cov):
         ax.set_xlim(-0.5, max([rounds[-1] if rounds else 0] + [c["after_round"] + 1 for c in data["certifier"]]) + 0.5)
     for ax in (ax_loss, ax_fail):
-        if ax.get_legend_handles_labels()[0]:          # no loss lines when the fit was the network (0 rounds)
+        if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper right")
+    if not ax_loss.get_legend_handles_labels()[0]:      # 0 rounds: the label set's fit is the network
+        ax_loss.text(0.5, 0.5, "no training rounds:\nthe network is the warm start's fit", ha="center",
+                     va="center", transform=ax_loss.transAxes, fontsize=9, color="0.3")
     if handles:
         fig.legend(handles=list(handles.values()), loc="outside lower center", ncol=min(len(handles), 3), fontsize=8,
                    frameon=False, title="dotted line: a certifier call; its marker on the middle panel: "
