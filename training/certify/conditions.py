@@ -234,7 +234,7 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
     t64 = lie_terms(problem.model, plant_terms(problem.plant, R, problem.order), R, problem.order,
                     problem.gains, float32=False)
     if problem.order == 1 and problem.smooth:
-        value, u, stays = _sampled_taylor(problem, R, a32[idx], b32[idx], t32, plant, idx, eps)
+        value, u, stays = _sampled_taylor(problem, sub, R, a32[idx], b32[idx], t32, plant, idx, eps)
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
     value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
@@ -318,7 +318,7 @@ def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarra
     return worst.value, worst.u, stays
 
 
-def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval, t32: Terms, plant_box: PlantTerms,
+def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval, b32: Interval, t32: Terms, plant_box: PlantTerms,
                     idx: np.ndarray, eps: np.ndarray):
     """Smooth order 1, two routes with the second time derivative over the tube (Hessian from
     order-2 jets); the better bound of the two counts:
@@ -328,23 +328,66 @@ def _sampled_taylor(problem: Problem, R: Interval, a32: Interval, b32: Interval,
       with d/dt h(x_k) the filter's own float32 number less the header's rounding bound.
     The float32 enclosure over the box holds the exact values too, so it bounds phi_u there.
     The curvature counts only over the inputs the filter may return (``admissible_slices``):
-    near the set's edge the row rules out the inputs that would bend h down the most."""
+    near the set's edge the row rules out the inputs that would bend h down the most.  The
+    level route is taken per input slice, with that slice's own curvature and its own d/dt h at
+    x_k: the inputs that bend h down hardest are often the ones that raise it fastest, and
+    pairing the least rate with the least curvature of different inputs loses that."""
     plant = plant_terms(problem.plant, R, 1, with_input_jacobian=True)
     gamma = problem.gains["gamma"]
     tau = row_rounding(t32.h[idx], t32.Lf[idx], a32, gamma, eps, problem.u_lo, problem.u_hi)
     slices = admissible_slices(a32, b32.hi, eps, tau, problem.u_lo, problem.u_hi, INPUT_SLICES)
     h, rates = row_rate_slices(problem.model, plant, R, [(lo, hi) for lo, hi, _ in slices])
-    second_lo, rate_lo = np.full(len(idx), np.inf), np.full(len(idx), np.inf)
+    u = Interval(np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float))
+    F = (plant_box.f + (plant_box.G * u).sum(-1))[idx]                  # f + G u over the box, any u
+    rate_lo = np.full(len(idx), np.inf)
     for (_, _, possible), (second, first) in zip(slices, rates):
-        second_lo = np.where(possible, np.minimum(second_lo, second.lo), second_lo)
         rate_lo = np.where(possible, np.minimum(rate_lo, (second + gamma * first).lo), rate_lo)
-    none = ~np.isfinite(second_lo)          # no admissible input at all: the filter is infeasible there
-    second_lo, rate_lo = np.where(none, -np.inf, second_lo), np.where(none, -np.inf, rate_lo)
+    rate_lo = np.where(np.isfinite(rate_lo), rate_lo, -np.inf)   # no admissible input: the filter is infeasible
     start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
     drop = np.nextafter(problem.dt * np.minimum(rate_lo, 0.0), -np.inf)
     by_rate = np.nextafter(start.value + drop, -np.inf)
-    u = Interval(np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float))
-    F = (plant_box.f + (plant_box.G * u).sum(-1))[idx]                  # f + G u over the box, any u
-    by_level = taylor_level(t32.h[idx], t32.Lf[idx], t32.LG[idx], t32.grad[idx], t32.rounding, idx, F,
-                            second_lo, gamma, eps, problem.dt, problem.u_lo, problem.u_hi)
+    level = lambda rows, second_lo, held_lo: taylor_level(   # noqa: E731
+        t32.h[idx][rows], t32.Lf[idx][rows], t32.LG[idx][rows], t32.grad[idx][rows], t32.rounding, idx[rows], F[rows],
+        second_lo, gamma, eps[rows], problem.dt, problem.u_lo, problem.u_hi, rate_at_start=held_lo)
+    every = np.arange(len(idx))
+    by_level = _per_slice(t32, idx, slices, [second.lo for second, _ in rates], every, level)
+    # where that fails, each slice's curvature again over the tube of its own inputs only
+    again = np.flatnonzero((np.maximum(by_rate, by_level) < 0) & np.isfinite(by_level))
+    if len(again):
+        own = [slice_tube_curvature(problem, sub[again], R[again], lo, hi, possible[again])
+               for lo, hi, possible in slices]
+        by_level[again] = np.maximum(by_level[again], _per_slice(t32, idx, slices, own, again, level))
     return np.maximum(by_rate, by_level), start.u, h.lo > 0
+
+
+
+def _per_slice(t32: Terms, idx: np.ndarray, slices: list, second_lo: list[np.ndarray], rows: np.ndarray,
+               level) -> np.ndarray:
+    """The level route's bound, the least over the input slices the filter may use of that
+    slice's bound (its own d/dt h at x_k and its curvature ``second_lo``); -inf where no slice is
+    admissible (the filter is infeasible there)."""
+    out = np.full(len(rows), np.inf)
+    for (s_lo, s_hi, possible), second in zip(slices, second_lo):
+        held = t32.Lf[idx][rows] + (t32.LG[idx][rows] * Interval(s_lo, s_hi)).sum(-1)
+        out = np.where(possible[rows], np.minimum(out, level(rows, second, held.lo)), out)
+    return np.where(np.isfinite(out), out, -np.inf)
+
+
+def slice_tube_curvature(problem: Problem, box: Interval, R: Interval, u_lo: np.ndarray, u_hi: np.ndarray,
+                         possible: np.ndarray) -> np.ndarray:
+    """Lower bound of d2/dt2 h over the one-period tube of ``box`` under the inputs [u_lo, u_hi]
+    alone (within the full tube R), for the held inputs in that slice; +inf where the slice is
+    not ``possible``.  Narrower than the tube of the whole input box wherever an input drives a
+    state directly (the Dubins heading: T |u| of the tube's width)."""
+    second_lo = np.full(box.shape[0], np.inf)
+    rows = np.flatnonzero(possible)
+    if not len(rows):
+        return second_lo
+    reach = tube(problem.plant, box[rows], u_lo, u_hi, problem.dt)
+    ok = reach.ok[:, None]
+    own = Interval(np.where(ok, np.maximum(reach.R.lo, R.lo[rows]), R.lo[rows]),
+                   np.where(ok, np.minimum(reach.R.hi, R.hi[rows]), R.hi[rows]), check=False)
+    plant = plant_terms(problem.plant, own, 1, with_input_jacobian=True)
+    _, [(second, _)] = row_rate_slices(problem.model, plant, own, [(u_lo, u_hi)])
+    second_lo[rows] = second.lo
+    return second_lo

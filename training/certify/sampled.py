@@ -201,12 +201,20 @@ def level_drop(level32: Interval, q32: Interval, a32: Interval, q64: Interval, a
 
 def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval, rounding, idx: np.ndarray,
                  F: Interval, second_lo: np.ndarray, gamma: float, eps: float | np.ndarray, T: float, u_lo: np.ndarray,
-                 u_hi: np.ndarray) -> np.ndarray:
+                 u_hi: np.ndarray, rate_at_start: np.ndarray | None = None) -> np.ndarray:
     """Lower bound of  min over x_k in the box (in the set) and t in [0, T] of h(x(t)) / T,
     second order in time (see the module docstring; smooth order 1); -inf without the
-    header's rounding bounds or when gamma T > 1."""
+    header's rounding bounds or when gamma T > 1.  ``second_lo``: d2/dt2 h over the tube for
+    the held inputs in question; ``rate_at_start``: a lower bound of the real d/dt h(x_k, u)
+    for those inputs, a second route to the same bound beside the filter's row (the larger
+    counts): h(x(T)) >= h(x_k) + T rate + T^2/2 min(0, second), concave in t."""
+    direct = np.full(len(h32.lo), -np.inf)
+    if rate_at_start is not None and T > 0:
+        curve = 0.5 * T * np.minimum(second_lo, 0.0)
+        credit = np.maximum(h32.lo, 0.0) / T
+        direct = _finish(credit, rate_at_start + curve, np.abs(rate_at_start) - curve)
     if rounding is None or rounding.grad is None or gamma * T > 1.0:
-        return np.full(len(h32.lo), -np.inf)
+        return direct
     mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
     Fmag = mag(F)
     e1 = (rounding.grad[idx] * Fmag).sum(-1) + 2.0 ** -23 * (mag(grad32) * Fmag).sum(-1)
@@ -215,4 +223,4 @@ def taylor_level(h32: Interval, lf32: Interval, lg32: Interval, grad32: Interval
     curve = 0.5 * T * np.minimum(second_lo, 0.0)
     rate = eps - tau - e1 + curve
     credit = _per_period(np.maximum(h32.lo, 0.0) * (1.0 - gamma * T), T)
-    return _finish(credit, rate, np.abs(eps) + tau + e1 - curve)
+    return np.maximum(direct, _finish(credit, rate, np.abs(eps) + tau + e1 - curve))
