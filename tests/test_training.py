@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -237,6 +238,8 @@ def test_every_train_config_field_is_a_train_flag() -> None:
             argv += [flag, "systems.dubins:left_circling_margin"]
         elif f.name == "order":
             argv += [flag, "2"]
+        elif f.name == "faces":
+            argv += [flag, "x2:10:1", "x1:2:0.5"]
         elif kind == "bool":
             argv += [flag]
         else:
@@ -245,6 +248,8 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         expected = {"bool": True, "int": 7, "float": 0.375, "list[int]": [0, 1], "list[float]": [0.5, 1.5]}.get(kind, "tanh")
         expected = 2 if f.name == "order" else expected
         expected = "systems.dubins:left_circling_margin" if f.name == "label_set" else expected
+        expected = ({"x2": {"gamma": 10.0, "margin": 1.0}, "x1": {"gamma": 2.0, "margin": 0.5}}
+                    if f.name == "faces" else expected)
         assert getattr(cfg, f.name) == expected, f"{flag} did not set TrainConfig.{f.name}"
 
 
@@ -315,3 +320,30 @@ def test_a_margin_scale_scales_the_trained_and_checked_condition_margin_and_a_ne
     assert condition_margin(cfg.replace(margin_scale=None), x) == 0.4
     with pytest.raises(ConfigError, match="falls to .* < 0 on the domain"):
         validate(cfg.replace(margin_scale=[0.0, 0.0, 0.0, 0.0, -0.1]), system)
+
+
+@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle", "dubins"])
+def test_each_shipped_card_records_the_config_its_preset_gives(name: str) -> None:
+    """`cbfsim train --preset NAME` must reproduce what the shipped card says, the face rows and
+    the filter margin included: a card edited by hand after training (the pendulum's theta_dot
+    faces) left the preset's run uncertifiable (closure counterexamples on the open faces)."""
+    from training.presets import preset
+    card = json.loads((Path(__file__).resolve().parent.parent / "experiments" / "models" / f"{name}.json").read_text())
+    mine = preset(name).to_dict()
+    defaults = TrainConfig(system=mine["system"]).to_dict()
+    for key, value in mine.items():
+        recorded = card["config"].get(key, defaults[key])     # older cards omit fields added since, at their default
+        assert recorded == value, f"{name}: config[{key!r}] is {recorded!r} in the shipped card, {value!r} in the preset"
+
+
+@pytest.mark.parametrize("faces, message", [
+    ({"omega": {"gamma": 1.0, "margin": 1.0}}, "'omega' is not a state of inverted_pendulum"),
+    ({"theta": {"gamma": 1.0, "margin": 1.0}}, "no input drives 'theta' directly"),
+    ({"theta_dot": {"gamma": -1.0, "margin": 1.0}}, "faces['theta_dot']['gamma'] must be a finite number > 0"),
+])
+def test_a_config_with_bad_faces_is_refused_in_one_line(faces: dict, message: str) -> None:
+    from training.presets import preset
+    cfg = preset("pendulum").replace(faces=faces)
+    with pytest.raises(ConfigError, match=re.escape(message)) as err:
+        cfg.resolve(cfg.build_system())
+    assert "\n" not in str(err.value)

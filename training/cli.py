@@ -85,11 +85,30 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action=NumberList, type=float_list, metavar="X1,X2,...", help=help_text)
         elif kind.startswith("str"):
             group.add_argument(flag, metavar="MODULE:FUNCTION", help=help_text)
-        elif kind in ("int", "float"):
-            group.add_argument(flag, type=int if kind == "int" else finite_float, metavar=kind.upper(),
+        elif kind.startswith("dict"):                   # faces: NAME:GAMMA:MARGIN per enforced state
+            group.add_argument(flag, action=FaceSpecs, type=face_spec, nargs="+", metavar="NAME:GAMMA:MARGIN",
+                               help=help_text)
+        elif kind in ("int", "float", "float | None"):
+            group.add_argument(flag, type=int if kind == "int" else finite_float, metavar="INT" if kind == "int" else "FLOAT",
                                help=help_text)
         else:
             raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
+
+
+def face_spec(text: str) -> tuple[str, dict[str, float]]:
+    """``theta_dot:10:1`` -> ("theta_dot", {"gamma": 10.0, "margin": 1.0}) (checked against the
+    plant with the rest of the config)."""
+    parts = text.split(":")
+    if len(parts) != 3 or not parts[0]:
+        raise argparse.ArgumentTypeError(f"expected NAME:GAMMA:MARGIN, e.g. theta_dot:10:1, got {text!r}")
+    return parts[0], {"gamma": finite_float(parts[1]), "margin": finite_float(parts[2])}
+
+
+class FaceSpecs(argparse.Action):
+    """``--faces theta_dot:10:1 v:1:0.3`` -> {"theta_dot": {...}, "v": {...}}."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values, option_string=None):
+        setattr(namespace, self.dest, dict(values))
 
 
 TRAIN_HELP = """Counterexample-guided training of a neural CBF (docs/training.md).  Starts from --preset, or

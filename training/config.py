@@ -93,6 +93,11 @@ class TrainConfig:
     # the filter margin's state scale [bias, w_1..w_n]: the certified filter enforces
     # a + b.u >= eps (bias + w.x) (training/margin.py); None: a constant eps
     margin_scale: list[float] | None = None
+    # carried into the card for the filter and the certifier (not used by the rounds):
+    # the faces of D the filter enforces as rows, {"theta_dot": {"gamma": 10, "margin": 1}}
+    # (training/certify/faces.py), and the filter margin eps the certifier's search starts from
+    faces: dict[str, dict[str, float]] | None = None
+    filter_margin: float | None = None
     # torch intra-op threads.  1 by default: for these small batches a second thread buys
     # nothing on an idle 2-core machine and, measured here with other jobs running, made each
     # training step 20-50x slower (the OpenMP workers spin waiting for a busy core).
@@ -226,6 +231,14 @@ def validate(cfg: TrainConfig, system) -> None:
             raise ConfigError(str(e)) from None
     lo = cfg.domain_lo if cfg.domain_lo is not None else system.domain[0]
     hi = cfg.domain_hi if cfg.domain_hi is not None else system.domain[1]
+    if cfg.faces is not None:
+        from .certify.faces import FaceError, faces_from_config
+        try:
+            faces_from_config(system, {"faces": cfg.faces}, np.asarray(lo, float), np.asarray(hi, float))
+        except FaceError as e:
+            raise ConfigError(str(e)) from None
+    if cfg.filter_margin is not None:
+        _positive(cfg, "filter_margin", allow_zero=True)
     if not np.all(np.asarray(lo) < np.asarray(hi)):
         raise ConfigError(f"domain_lo {list(lo)} must be below domain_hi {list(hi)} in every state")
     for i, period in getattr(system, "periodic", {}).items():

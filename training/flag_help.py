@@ -78,6 +78,12 @@ FIELD_HELP: dict[str, str] = {
                             "counterexamples come back",
     "certify_time_limit": "seconds per certifier call before it stops with undecided boxes; raise it when "
                           "boxes stay undecided",
+    "faces": "states whose two faces of the domain the filter enforces as rows, NAME:GAMMA:MARGIN each "
+             "(row d/dt c + GAMMA c >= MARGIN on c = hi - x and x - lo); not used by the training rounds, "
+             "written into the card for the filter and the certifier, so the claim can be closed in that "
+             "state (default: none)",
+    "filter_margin": "the filter margin eps the card records: `cbfsim certify` starts its margin search there "
+                     "and the filter uses it until a certificate says otherwise (default: none)",
     "margin_scale": "the filter margin's state scale [bias, w_1..w_n]: the filter enforces a + b.u >= eps "
                     "(bias + w.x); set it when the room and the need grow differently with a state (the "
                     "bicycle's speed). Default none: a constant eps",

@@ -19,6 +19,12 @@
   acceleration at 0, so positives are states that can be kept in the lane by steering alone.
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
+  theta_dot in [-1.25, 1.25] is enforced by the filter as face rows (``faces``), so the claim is
+  closed.  alpha1 trades the set against the input: the set's edge near |theta| = pi/4 is
+  theta_dot <= alpha1 h / h', and braking along it asks alpha1 |theta_dot| of the input's 12 -
+  g sin(theta) rad/s^2.  alpha1 2 certifies with 85% of the backup-safe states; alpha1 5 and 7
+  hold 93% and 96% (sampled) but the filter is infeasible near the theta_dot faces (confirmed
+  counterexamples; 2026-11-27).
 * ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
   obstacle and an arena wall), Softplus 3-64-64-1 on (p_x, p_y, sin theta, cos theta): the
   heading is periodic, so the exported network starts with the periodic embedding and reads the
@@ -34,6 +40,9 @@
   (values and gradients, 20,000 steps, raw inputs: ``scale_inputs`` off fits the 0.02 m walls
   far better) with no counterexample rounds after it (``rounds`` 0): the rounds' hinge losses
   ask for room the set does not have and only ever lowered the slack the certifier needs.
+
+``faces`` and ``filter_margin`` are not used by the rounds: they go into the card, so the filter,
+``cbfsim simulate`` and ``cbfsim certify`` (which starts its margin search there) get them.
 
 The benchmark presets (``darboux``, ``obstacle_avoidance``, ``obstacle_avoidance_relu``,
 ``spacecraft``, ``hi_ord8``) train the literature's plants at published network sizes with small
@@ -62,17 +71,20 @@ PRESETS: dict[str, TrainConfig] = {
     "vdp": TrainConfig(
         system="van_der_pol", hidden=[64, 64], activation="softplus", order=1, gamma=1.0,
         condition_margin=0.1, backup_horizon=2.0, backup_dt=0.02, safe_fraction=0.02, safe_margin=0.01,
-        unsafe_margin=0.01, w_condition=5.0, rounds=30, max_time=300.0, seed=0, dt_control=0.005),
+        unsafe_margin=0.01, w_condition=5.0, rounds=30, max_time=300.0, seed=0, dt_control=0.005,
+        filter_margin=0.025),
     "bicycle": TrainConfig(
         system="bicycle", hidden=[32, 32], activation="softplus", order=1, gamma=5.0, input_mask=[1, 2],
         domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
         backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], label_lost=True, safe_fraction=0.1,
         condition_margin=0.45, margin_scale=[0.0, 0.0, 0.0, 0.0, 0.1],
-        w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.002),
+        w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.002,
+        faces={"v": {"gamma": 1.0, "margin": 0.3}}, filter_margin=0.15),
     "pendulum": TrainConfig(
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
-        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005),
+        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005,
+        faces={"theta_dot": {"gamma": 10.0, "margin": 1.0}}, filter_margin=1.0),
     # the literature's benchmarks (benchmarks/certify_suite.py), small budgets, at published network sizes
     "darboux": TrainConfig(
         system="darboux", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
