@@ -347,3 +347,17 @@ def test_a_config_with_bad_faces_is_refused_in_one_line(faces: dict, message: st
     with pytest.raises(ConfigError, match=re.escape(message)) as err:
         cfg.resolve(cfg.build_system())
     assert "\n" not in str(err.value)
+
+
+def test_a_hocbf_condition_failure_is_told_to_lower_alpha1_and_raise_alpha2() -> None:
+    """Order 2: the set {psi1 = hdot + alpha1 h >= 0} grows with alpha1, and braking along its edge
+    asks alpha1 |hdot| of the input (the pendulum: alpha1 5 and 7 made the filter infeasible near
+    the theta_dot faces), so the advice is to lower alpha1, and to raise alpha2, never alpha1 up."""
+    import dataclasses
+    from training.diagnose import diagnose
+    cfg = dataclasses.asdict(TrainConfig(system="inverted_pendulum", order=2, alpha1=4.0, alpha2=40.0,
+                                         activation="softplus", label_lost=True))
+    text = "\n".join(diagnose({"condition_failures": 128, "containment_failures": 0, "coverage": 0.88}, None,
+                              ["theta", "theta_dot"], cfg))
+    assert "--alpha1 2 (now 4)" in text and "--alpha2 80 (now 40)" in text
+    assert "--alpha1 8" not in text

@@ -88,8 +88,13 @@ KNOBS: dict[str, list[Knob]] = {
         SMOOTH_ACTIVATION,
         Knob("--gamma", "gamma", "raise", "a steeper class-K function lets h fall faster, so it asks less of the "
                                           "input", _times(2, 1), order=1),
-        Knob("--alpha1", "alpha1", "raise", "a steeper class-K function asks less of the input", _times(2, 1),
+        Knob("--alpha2", "alpha2", "raise", "a steeper outer class-K function lets psi1 = hdot + alpha1 h fall "
+                                            "faster inside the set, so it asks less of the input", _times(2, 1),
              order=2),
+        Knob("--alpha1", "alpha1", "lower", "the set's edge is hdot = -alpha1 h: a smaller alpha1 leaves out the "
+                                            "states that approach the edge faster than the input can brake "
+                                            "(a larger one asks MORE of the input there)",
+             lambda v: round(v / 2, 6) if v > 0 else None, order=2),
         SAFE_FRACTION_UP,
         Knob("--label-lost", "label_lost", "on", "label states the backup cannot keep in the set as unsafe, so "
                                                  "the barrier stops trying to hold them (plants that cannot stop)"),
