@@ -148,7 +148,8 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
                                                "fall faster towards 0, so the input is asked for less"
                    + _default("gamma"))
     t.add_argument("--alpha1", type=float, help="order 2: psi1 = L_f h + alpha1 h; raise it to let h approach "
-                                                "0 faster" + _default("alpha1"))
+                                                "0 faster (a larger set {psi1 >= 0}, whose edge asks alpha1 "
+                                                "|dh/dt| of braking)" + _default("alpha1"))
     t.add_argument("--alpha2", type=float, help="order 2: d/dt psi1 >= -alpha2 psi1; raise it to let psi1 "
                                                 "approach 0 faster" + _default("alpha2"))
     t.add_argument("--input-mask", action=NumberList, type=int_list, metavar="I,J,...",
