@@ -249,3 +249,29 @@ def test_a_certificate_for_another_model_or_period_is_never_applied_silently(tmp
     assert [f.kind for f in claim.settings_findings(0.005, 0.5)] == ["margin_below_certified"]
     assert claim.settings_findings(0.005, 1.0) == []
     assert [f.kind for f in claim.domain_findings(np.array([[0.1, 2.0], [0.0, 0.0]]))] == ["x0_outside_domain"]
+
+
+def test_a_margin_the_search_ran_out_of_time_at_is_reported_undecided_not_refuted():
+    """The Dubins run: infeasible at 0.05 (a counterexample), sampled-unsafe at 0.0125 (a
+    counterexample), then 0.025, 0.035 and 0.042 ran out of time with their open boxes failing
+    sampled data.  The search stops where its walls meet, but the report must not call 0.042
+    sampled-unsafe: only 0.0125 was refuted."""
+    from training.certify.api import MarginWalls
+    from training.certify.branch import SearchResult
+
+    def ended(eps, name=None):
+        r = SearchResult(eps, refuted=int(name is not None), stopped="counterexample" if name else "time")
+        if name:
+            r.counterexamples[name].append({"x": [0.0]})
+        else:
+            r.undecided, r.failing["sampled_data"] = 10, 10
+        return r
+
+    walls = MarginWalls(0.05)
+    walls.record(walls.next(), ended(0.05, "feasibility"))
+    walls.record(walls.next(), ended(0.0125, "sampled_data"))
+    while (eps := walls.next()) is not None:
+        walls.record(eps, ended(eps))
+    text = walls.describe() + " " + walls.crossed
+    assert "infeasible from 0.05" in text and "sampled-unsafe up to 0.0125" in text
+    assert "undecided at 0.025" in text and "sampled-unsafe at 0.04" not in text, text

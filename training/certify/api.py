@@ -142,11 +142,14 @@ class MarginWalls:
     """The margin search between its two walls: ``high``, the smallest margin the filter is
     refuted infeasible with (larger ones are infeasible too), and ``low``, the largest one a
     held input is refuted with (smaller ones leave the set too).  A try that ends undecided
-    moves the wall its failing boxes point at (feasibility: down; sampled data: up)."""
+    moves the wall its failing boxes point at (feasibility: down; sampled data: up), but only a
+    counterexample refutes a margin: the report keeps the two apart (``describe``)."""
 
     def __init__(self, start: float, fixed: bool = False, recorded: bool = False):
         self.start, self.fixed, self.recorded = start, fixed, recorded
-        self.low, self.high = 0.0, float("inf")
+        self.low, self.high = 0.0, float("inf")                    # where the search goes on between
+        self.refuted_low, self.refuted_high = 0.0, float("inf")    # what counterexamples refuted
+        self.undecided: list[float] = []
         self.tries = 0
         self.crossed = ""
 
@@ -158,6 +161,12 @@ class MarginWalls:
             self.high = min(self.high, eps)
         else:
             self.low = max(self.low, eps)
+        if ce["feasibility"]:
+            self.refuted_high = min(self.refuted_high, eps)
+        if ce["sampled_data"]:
+            self.refuted_low = max(self.refuted_low, eps)
+        if not ce["feasibility"] and not ce["sampled_data"] and not attempt.certified:
+            self.undecided.append(eps)
         if ce["feasibility"] and ce["sampled_data"]:
             self.crossed = f"at margin {eps:g} both the filter's feasibility and the held input fail"
 
@@ -169,7 +178,9 @@ class MarginWalls:
             return None
         if self.high < np.inf and self.low > 0:
             if self.high / self.low <= WALLS_MET:
-                self.crossed = f"the walls met: infeasible at {self.high:g}, sampled-unsafe at {self.low:g}"
+                self.crossed = (f"the walls met: {self._wall(self.high, self.refuted_high, 'infeasible')} at "
+                                f"{self.high:g}, {self._wall(self.low, self.refuted_low, 'sampled-unsafe')} at "
+                                f"{self.low:g}")
                 return None
             eps = float(np.sqrt(self.low * self.high))
         elif self.high < np.inf:
@@ -181,12 +192,19 @@ class MarginWalls:
         self.tries += 1
         return eps
 
+    def _wall(self, at: float, refuted: float, what: str) -> str:
+        return what if at == refuted else "undecided"
+
     def describe(self) -> str:
+        """The refuted margins and the undecided ones: a margin the search ran out of time or
+        boxes at is never called infeasible or sampled-unsafe."""
         parts = []
-        if self.high < np.inf:
-            parts.append(f"infeasible from {self.high:g}")
-        if self.low > 0:
-            parts.append(f"sampled-unsafe up to {self.low:g}")
+        if self.refuted_high < np.inf:
+            parts.append(f"infeasible from {self.refuted_high:g}")
+        if self.refuted_low > 0:
+            parts.append(f"sampled-unsafe up to {self.refuted_low:g}")
+        if self.undecided:
+            parts.append("undecided at " + ", ".join(f"{e:g}" for e in sorted(self.undecided)))
         return "; ".join(parts)
 
 
