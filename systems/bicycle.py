@@ -67,3 +67,32 @@ class Bicycle(ControlAffineSystem):
 
 def bicycle(**params: float) -> Bicycle:
     return Bicycle(BicycleParams(**params))
+
+
+TURN_AWAY_SLOPE = 0.35        # turn_away_margin: how far the wall moves in per unit sin(psi) [m]
+TURN_AWAY_CLEARANCE = 0.065   # ... and how far it keeps off the lane edge at psi = 0 [m]
+LANE_CLEARANCE = 0.05         # ... and off it when heading away (< the above: that wall binds only for psi < 0)
+
+
+def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
+    """A set of lane states the car keeps by steering away at full lock, with room to spare on
+    every state of its edge (``label_set`` for training; the margin in metres).
+
+    Heading towards the + edge (psi > 0), full lock away turns on a circle of radius rho =
+    l_w / tan(delta_max) and reaches p_y + rho (1 - cos psi) at most, and that quantity is
+    constant along the turn: the set {p_y + rho (1 - cos psi) <= w} is held with zero slack.
+    This one moves its wall in by a clearance and by k sin psi, p_y <= w - c - rho (1 - cos
+    psi)^+ - k sin psi (the cosine term only while heading towards the edge): steering away then
+    raises the margin by >= v k cos(psi) / rho, and on its wall along the lane edge (a clearance
+    inside it, heading away) by v |sin psi|.  Both sides, and the lane, by the least of the four
+    margins; the slack on the whole edge is >= 0.038 v with the defaults (tests/test_training.py)."""
+    p = system.params
+    rho = p.l_w / math.tan(p.delta_max)
+    x = np.asarray(x, dtype=np.float64)
+    py, psi = x[..., 1], x[..., 2]
+
+    def inner(toward: np.ndarray, side: np.ndarray) -> np.ndarray:   # side: +p_y or -p_y
+        bend = np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)
+        return p.w - TURN_AWAY_CLEARANCE - side - bend - TURN_AWAY_SLOPE * np.sin(toward)
+    lane = p.w - LANE_CLEARANCE
+    return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py)])

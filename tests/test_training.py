@@ -361,3 +361,25 @@ def test_a_hocbf_condition_failure_is_told_to_lower_alpha1_and_raise_alpha2() ->
                               ["theta", "theta_dot"], cfg))
     assert "--alpha1 2 (now 4)" in text and "--alpha2 80 (now 40)" in text
     assert "--alpha1 8" not in text
+
+
+def test_the_bicycle_turn_away_set_lies_in_the_lane_and_every_edge_state_can_raise_its_margin() -> None:
+    """systems.bicycle.turn_away_margin (a label_set): m >= 0 only well inside the lane, and on the
+    set's edge some input of the box raises m at >= 0.035 v (the filter's margin is 0.015 v).
+    dm/dt by central differences of the margin along f + G u (not its formula's derivative),
+    at the input box's corners (dm/dt is linear in u wherever m is differentiable)."""
+    from systems.bicycle import turn_away_margin
+    car = get_system("bicycle")
+    rng = np.random.default_rng(4)
+    x = rng.uniform([-10, -1.75, -np.pi / 3, 2], [10, 1.75, np.pi / 3, 15], (300_000, 4))
+    m = turn_away_margin(car, x)
+    assert np.all(np.abs(x[m >= 0, 1]) <= car.params.w - 0.05 + 1e-12)
+    edge = x[np.abs(m) < 1e-3]
+    assert len(edge) > 100
+    best = np.full(len(edge), -np.inf)
+    for a in (car.u_min[0], car.u_max[0]):
+        for steer in (car.u_min[1], car.u_max[1]):
+            F = car.f(edge) + np.einsum("bij,j->bi", car.G(edge), np.array([a, steer]))
+            rate = (turn_away_margin(car, edge + 1e-7 * F) - turn_away_margin(car, edge - 1e-7 * F)) / 2e-7
+            best = np.maximum(best, rate)
+    assert np.min(best / edge[:, 3]) >= 0.035, np.min(best / edge[:, 3])
