@@ -9,7 +9,6 @@ unsafe sets, the replay command, the one-line refusals, an autonomous plant cert
 no card."""
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -24,7 +23,6 @@ nn = torch.nn
 
 from training.certify import CertifyError, certify_module  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 RADIUS = 0.2
 LEAK = (0.05, 0.0)          # the bump's centre, inside the obstacle
 LEAK_WIDTH = 0.05           # the bump's L1 radius: it lies in |p - LEAK| <= 0.05, inside the disk
@@ -105,10 +103,20 @@ def h64(net: nn.Sequential, x) -> np.ndarray:
         return net.double()(torch.tensor(np.atleast_2d(x), dtype=torch.float64)).numpy()[:, 0]
 
 
-def run(args, plant_dir: Path, timeout: float = 180) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(plant_dir), str(ROOT)])}
-    return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", *args], env=env, capture_output=True, text=True,
-                          timeout=timeout, cwd=plant_dir)
+def run(args, plant_dir: Path) -> subprocess.CompletedProcess:
+    """``cbfsim certify ARGS`` in this process (``plant_dir`` is on sys.path, as a user's
+    PYTHONPATH puts it; no interpreter to start): its exit code, stdout and stderr."""
+    import contextlib
+    import io
+    from cbfsim.cli import main
+    assert str(plant_dir) in sys.path
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["certify", *args])
+        except SystemExit as exc:               # a usage error (argparse)
+            code = exc.code
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
 
 
 def export(net: nn.Sequential, path: Path, n: int) -> Path:
