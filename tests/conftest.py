@@ -76,3 +76,20 @@ def all_activations_net(order: int, inputs: int, gain: float = 1.0, seed: int = 
         for layer in net[:-1:2]:
             layer.weight.mul_(gain)
     return net
+
+
+def cli_in_process(argv: list[str]) -> subprocess.CompletedProcess:
+    """``cbfsim ARGV`` run by ``cbfsim.cli.main`` in this process: its exit code, stdout and
+    stderr as a finished subprocess would give them, without an interpreter and its imports
+    to start (for tests of what the command says, not of the console script itself)."""
+    import contextlib
+    import io
+
+    from cbfsim.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:               # argparse: --help (0) or a usage error (2)
+            code = exc.code
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())

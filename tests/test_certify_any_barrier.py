@@ -21,6 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
+from conftest import cli_in_process  # noqa: E402
 from training.certify import CertifyError, certify_module  # noqa: E402
 
 RADIUS = 0.2
@@ -105,18 +106,9 @@ def h64(net: nn.Sequential, x) -> np.ndarray:
 
 def run(args, plant_dir: Path) -> subprocess.CompletedProcess:
     """``cbfsim certify ARGS`` in this process (``plant_dir`` is on sys.path, as a user's
-    PYTHONPATH puts it; no interpreter to start): its exit code, stdout and stderr."""
-    import contextlib
-    import io
-    from cbfsim.cli import main
+    PYTHONPATH puts it)."""
     assert str(plant_dir) in sys.path
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(["certify", *args])
-        except SystemExit as exc:               # a usage error (argparse)
-            code = exc.code
-    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+    return cli_in_process(["certify", *args])
 
 
 def export(net: nn.Sequential, path: Path, n: int) -> Path:
