@@ -283,10 +283,10 @@ def certify_main(argv: Sequence[str]) -> int:
 
 
 def _certify(args: argparse.Namespace) -> int:
+    if args.output is not None:                 # before the search (and its imports), not after it
+        check_can_create(args.output.parent)
     from training.certify import certify
 
-    if args.output is not None:                 # before the search, not after it
-        check_can_create(args.output.parent)
     problem_args = dict(system=args.system, order=args.order, class_k=args.class_k, domain_lo=args.domain_lo,
                         domain_hi=args.domain_hi, params=dict(args.param) or None, initial_set=args.initial_set,
                         unsafe_set=args.unsafe_set, scope=args.claim)

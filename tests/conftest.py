@@ -11,6 +11,14 @@ import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
 BLAS_POOLS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+# The files that take longest (about 30 s to 2 min of CPU each, measured), longest first.
+# Under ``--dist loadfile`` xdist hands out whole files in collection order (see
+# pytest_configure); by default it queues them by test count, which put these few-test,
+# minute-long files last, and one core then ran the last of them while the other sat idle.
+LONGEST_FIRST = ("test_certify_parallel.py", "test_adversarial_closed_loop.py", "test_own_plant.py",
+                 "test_build_cache.py", "test_certify.py", "test_cli_errors.py", "test_frontend_onnx.py",
+                 "test_model_format.py", "test_compiler_codegen.py", "test_onnx_graph_scale.py",
+                 "test_firmware_multirow.py", "test_fast_paths.py", "test_robustness.py", "test_autonomous.py")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -22,6 +30,15 @@ def pytest_configure(config: pytest.Config) -> None:
     if getattr(config.option, "numprocesses", None) or os.environ.get("PYTEST_XDIST_WORKER"):
         for var in BLAS_POOLS:
             os.environ.setdefault(var, "1")
+    if getattr(config.option, "dist", "no") == "loadfile":
+        config.option.loadscopereorder = False       # files in collection order: LONGEST_FIRST first
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The LONGEST_FIRST files first (longest-processing-time-first scheduling of the files
+    over the workers); every file's own tests keep their order (a stable sort)."""
+    rank = {name: k for k, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 def require_tool(tool: str, install: str) -> str:
@@ -76,3 +93,20 @@ def all_activations_net(order: int, inputs: int, gain: float = 1.0, seed: int = 
         for layer in net[:-1:2]:
             layer.weight.mul_(gain)
     return net
+
+
+def cli_in_process(argv: list[str]) -> subprocess.CompletedProcess:
+    """``cbfsim ARGV`` run by ``cbfsim.cli.main`` in this process: its exit code, stdout and
+    stderr as a finished subprocess would give them, without an interpreter and its imports
+    to start (for tests of what the command says, not of the console script itself)."""
+    import contextlib
+    import io
+
+    from cbfsim.cli import main
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as exc:               # argparse: --help (0) or a usage error (2)
+            code = exc.code
+    return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())

@@ -115,6 +115,13 @@ class NumpyMLP:
                        else None for m in net]
         self.embedding = embedding
 
+    def value(self, x: np.ndarray) -> np.ndarray:
+        """h alone (the forward pass of ``value_and_grad``, without the slopes it keeps)."""
+        a = self.embedding(x)
+        for layer in self.layers:
+            a = np.maximum(a, 0.0) + np.log1p(np.exp(-np.abs(a))) if layer is None else a @ layer[0].T + layer[1]
+        return a[:, 0]
+
     def value_and_grad(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a, slopes = self.embedding(x), []
         for layer in self.layers:
@@ -135,9 +142,9 @@ class NumpyMLP:
 
 def level(net, system, x: np.ndarray, order: int, alpha1: float) -> np.ndarray:
     """h (order 2: min(h, psi1 = L_f h + alpha1 h)), float64."""
-    h, grad = net.value_and_grad(x)
     if order == 1:
-        return h
+        return net.value(x)
+    h, grad = net.value_and_grad(x)
     return np.minimum(h, (grad * system.f(x)).sum(1) + alpha1 * h)
 
 
@@ -150,6 +157,7 @@ def _check_against_autograd(net: NumpyMLP, onnx_path: Path, n: int) -> None:
     (g,) = torch.autograd.grad(h.sum(), X)
     mine_h, mine_g = net.value_and_grad(x)
     np.testing.assert_allclose(mine_h, h.detach().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(net.value(x), h.detach().numpy(), rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(mine_g, g.numpy(), rtol=1e-10, atol=1e-12)
 
 

@@ -4,7 +4,6 @@ refutations confirmed there, one-line refusals."""
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -83,8 +82,8 @@ def test_max_boxes_stops_the_search_undecided_never_certified(diamond):
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", *args], capture_output=True, text=True,
-                          timeout=120)
+    from conftest import cli_in_process
+    return cli_in_process(["certify", *args])
 
 
 def test_command_line_max_boxes_and_condition(diamond):

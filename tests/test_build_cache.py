@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -81,6 +82,23 @@ def _run_probe(cache: Path) -> dict:
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, f"probe died with status {proc.returncode}:\n{err[-3000:]}"
     return json.loads(out)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> tuple[Path, dict]:
+    """One probe's build into a fresh cache, kept pristine: a test that damages or adds entries
+    works on a copy (``_copy_of``), so each test does not compile the same library again."""
+    cache = tmp_path_factory.mktemp("built") / "cache"
+    return cache, _run_probe(cache)
+
+
+def _copy_of(built: tuple[Path, dict], tmp_path: Path) -> tuple[Path, dict]:
+    """A copy of a pristine cache (files, modes and times) in ``tmp_path``, and the probe's
+    result with its library path moved into the copy."""
+    cache, result = built
+    copy = tmp_path / "cache"
+    shutil.copytree(cache, copy)
+    return copy, {**result, "library": str(copy / Path(result["library"]).relative_to(cache))}
 
 
 def _reference_values() -> np.ndarray:
@@ -163,19 +181,19 @@ def _damage_empty(library: Path) -> None:
 
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_text, _damage_empty],
                          ids=["truncated", "garbage_text", "empty"])
-def test_damaged_cached_library_is_rebuilt_not_loaded(tmp_path, damage):
-    first = _run_probe(tmp_path / "cache")
+def test_damaged_cached_library_is_rebuilt_not_loaded(built, tmp_path, damage):
+    cache, first = _copy_of(built, tmp_path)
     library, original = _entry(first)
     damage(library)
     assert library.read_bytes() != original
-    second = _run_probe(tmp_path / "cache")                   # must not crash, must not load the damage
+    second = _run_probe(cache)                                # must not crash, must not load the damage
     assert second["values"] == first["values"]
     assert second["library"] == first["library"] and library.read_bytes() == original
 
 
-def test_cache_info_reports_damaged_entries_and_clear_empties_the_cache(tmp_path):
-    cache = tmp_path / "cache"
-    library, _ = _entry(_run_probe(cache))
+def test_cache_info_reports_damaged_entries_and_clear_empties_the_cache(built, tmp_path):
+    cache, first = _copy_of(built, tmp_path)
+    library, _ = _entry(first)
 
     def cbfsim(*args):
         return subprocess.run([sys.executable, "-m", "cbfsim.cli", "cache", *args], env=_env(cache), cwd=ROOT,
@@ -220,8 +238,8 @@ def test_generated_and_cached_files_get_the_modes_the_umask_gives(tmp_path, umas
                      "entry": 0o777 & ~umask, "entry_header": 0o666 & ~umask}
 
 
-def test_cache_entry_manifest_records_size_and_sha256_of_every_file(tmp_path):
-    library, data = _entry(_run_probe(tmp_path / "cache"))
+def test_cache_entry_manifest_records_size_and_sha256_of_every_file(built):
+    library, data = _entry(built[1])
     manifest = json.loads((library.parent / "manifest.json").read_text())["files"]
     assert manifest[library.name] == {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
     assert set(manifest) == {p.name for p in library.parent.iterdir()} - {"manifest.json"}
@@ -248,27 +266,34 @@ def _run_engine_probe(cache: Path, umask: int | None = None, **env: str) -> dict
     return json.loads(run.stdout)
 
 
+@pytest.fixture(scope="module")
+def engine_built(tmp_path_factory) -> tuple[Path, dict]:
+    """One engine probe's build into a fresh cache, kept pristine (tests damage copies of it)."""
+    cache = tmp_path_factory.mktemp("engine_built") / "cache"
+    return cache, _run_engine_probe(cache)
+
+
 def _damage_zero(library: Path) -> None:
     library.write_bytes(b"\0" * library.stat().st_size)
 
 
 @pytest.mark.parametrize("damage", [_damage_truncate, _damage_zero, _damage_text],
                          ids=["truncated", "zeroed", "garbage_text"])
-def test_damaged_engine_library_is_rebuilt_and_the_run_gives_the_bits_it_gave_before(tmp_path, damage):
-    first = _run_engine_probe(tmp_path / "cache")
+def test_damaged_engine_library_is_rebuilt_and_the_run_gives_the_bits_it_gave_before(engine_built, tmp_path, damage):
+    cache, first = _copy_of(engine_built, tmp_path)
     library, original = _entry(first)
     damage(library)
     assert library.read_bytes() != original
-    second = _run_engine_probe(tmp_path / "cache")              # must not crash, must not load the damage
+    second = _run_engine_probe(cache)                           # must not crash, must not load the damage
     assert second["bits"] == first["bits"]
     assert second["library"] == first["library"] and library.read_bytes() == original
 
 
-def test_zeroed_barrier_library_is_rebuilt_not_loaded(tmp_path):
-    first = _run_probe(tmp_path / "cache")
+def test_zeroed_barrier_library_is_rebuilt_not_loaded(built, tmp_path):
+    cache, first = _copy_of(built, tmp_path)
     library, original = _entry(first)
     _damage_zero(library)
-    assert _run_probe(tmp_path / "cache")["values"] == first["values"] and library.read_bytes() == original
+    assert _run_probe(cache)["values"] == first["values"] and library.read_bytes() == original
 
 
 @pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask022", "umask027"])
@@ -285,10 +310,10 @@ def test_engine_entries_get_the_modes_the_umask_gives(tmp_path, umask):
     assert (cache / "engines").stat().st_mode & 0o777 == 0o777 & ~umask
 
 
-def test_cache_info_counts_engine_entries_as_their_own_kind_and_clear_removes_them(tmp_path):
-    cache = tmp_path / "cache"
-    engine = Path(_run_engine_probe(cache)["library"])
-    _run_probe(cache)
+def test_cache_info_counts_engine_entries_as_their_own_kind_and_clear_removes_them(engine_built, built, tmp_path):
+    cache, first = _copy_of(engine_built, tmp_path)
+    engine = Path(first["library"])
+    shutil.copytree(built[0], cache, dirs_exist_ok=True)        # and the barrier entry: two kinds in one cache
 
     def cbfsim(*args):
         return subprocess.run([sys.executable, "-m", "cbfsim.cli", "cache", *args], env=_env(cache), cwd=ROOT,
@@ -314,9 +339,8 @@ def _other_cpu_compiler(tmp_path: Path, cxx: str) -> Path:
     return wrapper
 
 
-def test_a_cpu_where_march_native_means_another_target_gets_its_own_barrier_entry(tmp_path, cxx):
-    cache = tmp_path / "cache"
-    here = _run_probe(cache)
+def test_a_cpu_where_march_native_means_another_target_gets_its_own_barrier_entry(built, tmp_path, cxx):
+    cache, here = _copy_of(built, tmp_path)
     proc = _probe(cache, CXX=str(_other_cpu_compiler(tmp_path, cxx)))
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-3000:]
@@ -324,9 +348,8 @@ def test_a_cpu_where_march_native_means_another_target_gets_its_own_barrier_entr
     assert there["library"] != here["library"] and there["values"] == here["values"]
 
 
-def test_a_cpu_where_march_native_means_another_target_gets_its_own_engine_entry(tmp_path, cxx):
-    cache = tmp_path / "cache"
-    here = _run_engine_probe(cache)
+def test_a_cpu_where_march_native_means_another_target_gets_its_own_engine_entry(engine_built, tmp_path, cxx):
+    cache, here = _copy_of(engine_built, tmp_path)
     there = _run_engine_probe(cache, HOST_CXX=str(_other_cpu_compiler(tmp_path, cxx)))
     assert there["library"] != here["library"] and there["bits"] == here["bits"]
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -195,8 +194,8 @@ def test_certificate_quotes_the_share_of_backup_safe_states_the_compiled_verifie
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", *args], capture_output=True, text=True,
-                          timeout=120)
+    from conftest import cli_in_process
+    return cli_in_process(["certify", *args])
 
 
 def test_command_line_exit_codes_certificate_and_one_line_errors(diamond, tmp_path):

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.integrate import solve_ivp
 
+from conftest import cli_in_process
 from test_adversarial_closed_loop import torch_net
 
 MODELS = Path(__file__).resolve().parent.parent / "experiments" / "models"
@@ -194,22 +193,20 @@ def test_certify_help_prints_its_default_time_limit_and_it_is_the_library_defaul
     from training.certify import DEFAULT_TIME_LIMIT
     import cbfsim.cli as cli
     assert cli.DEFAULT_TIME_LIMIT == DEFAULT_TIME_LIMIT
-    out = subprocess.run([sys.executable, "-m", "cbfsim.cli", "certify", "--help"], capture_output=True, text=True)
+    out = cli_in_process(["certify", "--help"])
     text = " ".join(out.stdout.split())
     assert f"(default: {DEFAULT_TIME_LIMIT:g})" in text or f"(default: {DEFAULT_TIME_LIMIT})" in text, text
 
 
 @pytest.mark.toolchain
 def test_strict_simulation_refuses_a_period_the_certificate_does_not_cover(tmp_path, cxx):
-    out = subprocess.run([sys.executable, "-m", "cbfsim.cli", "simulate", str(MODELS / "pendulum.json"),
-                          "--x0", "0.1", "0", "--t-final", "0.05", "--dt", "0.01", "--strict", "--out",
-                          str(tmp_path / "run")], capture_output=True, text=True)
+    out = cli_in_process(["simulate", str(MODELS / "pendulum.json"), "--x0", "0.1", "0", "--t-final", "0.05",
+                          "--dt", "0.01", "--strict", "--out", str(tmp_path / "run")])
     assert out.returncode == 1
     assert "not the certified period 0.005 s" in out.stderr and "Traceback" not in out.stderr
     assert not (tmp_path / "run" / "trajectory.npz").exists()
-    ok = subprocess.run([sys.executable, "-m", "cbfsim.cli", "simulate", str(MODELS / "pendulum.json"),
-                         "--x0", "0.1", "0", "--t-final", "0.05", "--strict", "--out", str(tmp_path / "ok")],
-                        capture_output=True, text=True)
+    ok = cli_in_process(["simulate", str(MODELS / "pendulum.json"), "--x0", "0.1", "0", "--t-final", "0.05",
+                         "--strict", "--out", str(tmp_path / "ok")])
     assert ok.returncode == 0, ok.stderr
 
 

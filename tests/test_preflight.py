@@ -67,15 +67,14 @@ def test_simulate_flags_an_initial_state_outside_the_constraint_set_and_strict_r
 
 @pytest.mark.toolchain
 def test_the_simulate_command_warns_about_an_unproven_model_and_strict_refuses_it_leaving_no_files(tmp_path, cxx):
-    import subprocess
-    import sys
     from pathlib import Path
+
+    from conftest import cli_in_process
     card = Path(__file__).resolve().parent.parent / "experiments" / "models" / "refuted" / "vdp_relu.json"
-    base = [sys.executable, "-m", "cbfsim.cli", "simulate", str(card), "--x0", "0.5", "0.5", "--t-final", "0.2"]
-    warned = subprocess.run(base + ["--out", str(tmp_path / "warn")], capture_output=True, text=True, timeout=300)
+    base = ["simulate", str(card), "--x0", "0.5", "0.5", "--t-final", "0.2"]
+    warned = cli_in_process(base + ["--out", str(tmp_path / "warn")])
     assert warned.returncode == 0 and "certificate says NOT certified" in warned.stderr
-    refused = subprocess.run(base + ["--out", str(tmp_path / "strict"), "--strict"], capture_output=True, text=True,
-                             timeout=300)
+    refused = cli_in_process(base + ["--out", str(tmp_path / "strict"), "--strict"])
     assert refused.returncode == 1 and refused.stderr.strip().splitlines() == [
         "cbfsim simulate: error: the model's certificate says NOT certified"]
     assert not (tmp_path / "strict").exists()

@@ -245,10 +245,11 @@ def _config_from_args(args: argparse.Namespace):
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .presets import ship
-    from .trainer import train_barrier
     cfg = _config_from_args(args)
     check_can_create(args.out)
+    cfg.resolve(cfg.build_system())             # a bad system, parameter or field: named before torch loads
+    from .presets import ship
+    from .trainer import train_barrier
     result = train_barrier(cfg, args.out, overwrite=args.force, verify=not args.no_verify,
                            progress=False if args.no_progress else None)
     check = result.final_check
