@@ -72,6 +72,7 @@ def bicycle(**params: float) -> Bicycle:
 TURN_AWAY_SLOPE = 0.35        # turn_away_margin: how far the wall moves in per unit sin(psi) [m]
 TURN_AWAY_CLEARANCE = 0.065   # ... and how far it keeps off the lane edge at psi = 0 [m]
 LANE_CLEARANCE = 0.05         # ... and off it when heading away (< the above: that wall binds only for psi < 0)
+HEADING_CLEARANCE = 0.05      # ... and off the faces |psi| = pi/3 of the training box [rad]
 
 
 def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
@@ -85,7 +86,9 @@ def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
     psi)^+ - k sin psi (the cosine term only while heading towards the edge): steering away then
     raises the margin by >= v k cos(psi) / rho, and on its wall along the lane edge (a clearance
     inside it, heading away) by v |sin psi|.  Both sides, and the lane, by the least of the four
-    margins; the slack on the whole edge is >= 0.038 v with the defaults (tests/test_training.py)."""
+    margins, and a wall short of the training box's heading faces |psi| = pi/3 (full lock turns
+    the heading back at v tan(delta_max) / l_w); the slack on the whole edge is >= 0.038 v with
+    the defaults (tests/test_training.py)."""
     p = system.params
     rho = p.l_w / math.tan(p.delta_max)
     x = np.asarray(x, dtype=np.float64)
@@ -95,4 +98,5 @@ def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
         bend = np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)
         return p.w - TURN_AWAY_CLEARANCE - side - bend - TURN_AWAY_SLOPE * np.sin(toward)
     lane = p.w - LANE_CLEARANCE
-    return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py)])
+    heading = math.pi / 3 - HEADING_CLEARANCE - np.abs(psi)     # off the box's psi faces: the set stays closed
+    return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py), heading])
