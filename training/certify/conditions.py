@@ -318,8 +318,8 @@ def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarra
     return worst.value, worst.u, stays
 
 
-def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval, b32: Interval, t32: Terms, plant_box: PlantTerms,
-                    idx: np.ndarray, eps: np.ndarray):
+def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval, b32: Interval, t32: Terms,
+                    plant_box: PlantTerms, idx: np.ndarray, eps: np.ndarray):
     """Smooth order 1, two routes with the second time derivative over the tube (Hessian from
     order-2 jets); the better bound of the two counts:
     * rate: phi_u(x(t)) >= min over the sampled box and admissible u of phi_u
@@ -358,7 +358,6 @@ def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval,
                for lo, hi, possible in slices]
         by_level[again] = np.maximum(by_level[again], _per_slice(t32, idx, slices, own, again, level))
     return np.maximum(by_rate, by_level), start.u, h.lo > 0
-
 
 
 def _per_slice(t32: Terms, idx: np.ndarray, slices: list, second_lo: list[np.ndarray], rows: np.ndarray,
