@@ -89,8 +89,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
             group.add_argument(flag, action=FaceSpecs, type=face_spec, nargs="+", metavar="NAME:GAMMA:MARGIN",
                                help=help_text)
         elif kind in ("int", "float", "float | None"):
-            group.add_argument(flag, type=int if kind == "int" else finite_float, metavar="INT" if kind == "int" else "FLOAT",
-                               help=help_text)
+            number = "INT" if kind == "int" else "FLOAT"
+            group.add_argument(flag, type=int if kind == "int" else finite_float, metavar=number, help=help_text)
         else:
             raise TypeError(f"TrainConfig.{f.name}: no flag for type {kind}")
 

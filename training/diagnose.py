@@ -65,6 +65,10 @@ def _times(k: float, start: float) -> Callable[[float], float]:
     return lambda v: round(v * k, 6) if v > 0 else start
 
 
+def _halved(v: float) -> float | None:
+    return round(v / 2, 6) if v > 0 else None
+
+
 def _raise_fraction(v: float) -> float | None:
     """0.1 -> 0.3 -> 0.5 -> 0.7 -> 0.9, and no further: positives need some gap to the top."""
     return None if v >= 0.9 else round(min(v + 0.2, 0.9), 2)
@@ -94,7 +98,7 @@ KNOBS: dict[str, list[Knob]] = {
         Knob("--alpha1", "alpha1", "lower", "the set's edge is hdot = -alpha1 h: a smaller alpha1 leaves out the "
                                             "states that approach the edge faster than the input can brake "
                                             "(a larger one asks MORE of the input there)",
-             lambda v: round(v / 2, 6) if v > 0 else None, order=2),
+             _halved, order=2),
         SAFE_FRACTION_UP,
         Knob("--label-lost", "label_lost", "on", "label states the backup cannot keep in the set as unsafe, so "
                                                  "the barrier stops trying to hold them (plants that cannot stop)"),
@@ -117,7 +121,7 @@ KNOBS: dict[str, list[Knob]] = {
     "sampled_data": [
         SMOOTH_ACTIVATION,
         Knob("--dt", "dt_control", "lower", "a shorter control period needs a smaller margin (if the loop can "
-                                            "run that fast)", lambda v: round(v / 2, 6) if v > 0 else None),
+                                            "run that fast)", _halved),
         Knob("--condition-margin", "condition_margin", "raise", "the filter margin eps the certifier needs is a "
                                                                 "condition margin", _times(2.5, 0.02)),
         Knob("--gamma", "gamma", "raise", "a steeper class-K function leaves more slack over one period",

@@ -346,30 +346,28 @@ def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval,
     start = min_over_admissible(a32, b32.hi, eps, a32, b32.lo, problem.u_lo, problem.u_hi)
     drop = np.nextafter(problem.dt * np.minimum(rate_lo, 0.0), -np.inf)
     by_rate = np.nextafter(start.value + drop, -np.inf)
-    level = lambda rows, second_lo, held_lo: taylor_level(   # noqa: E731
-        t32.h[idx][rows], t32.Lf[idx][rows], t32.LG[idx][rows], t32.grad[idx][rows], t32.rounding, idx[rows], F[rows],
-        second_lo, gamma, eps[rows], problem.dt, problem.u_lo, problem.u_hi, rate_at_start=held_lo)
-    every = np.arange(len(idx))
-    by_level = _per_slice(t32, idx, slices, [second.lo for second, _ in rates], every, level)
+    def per_slice(rows: np.ndarray, second_lo: list[np.ndarray]) -> np.ndarray:
+        """The level route on the boxes ``rows``, the least over the input slices the filter may
+        use of that slice's bound (its own d/dt h at x_k and its curvature ``second_lo``); -inf
+        where no slice is admissible (the filter is infeasible there)."""
+        at = idx[rows]
+        h32, lf32, lg32 = t32.h[at], t32.Lf[at], t32.LG[at]
+        out = np.full(len(rows), np.inf)
+        for (s_lo, s_hi, possible), second in zip(slices, second_lo):
+            held = lf32 + (lg32 * Interval(s_lo, s_hi)).sum(-1)
+            level = taylor_level(h32, lf32, lg32, t32.grad[at], t32.rounding, at, F[rows], second, gamma, eps[rows],
+                                 problem.dt, problem.u_lo, problem.u_hi, rate_at_start=held.lo)
+            out = np.where(possible[rows], np.minimum(out, level), out)
+        return np.where(np.isfinite(out), out, -np.inf)
+
+    by_level = per_slice(np.arange(len(idx)), [second.lo for second, _ in rates])
     # where that fails, each slice's curvature again over the tube of its own inputs only
     again = np.flatnonzero((np.maximum(by_rate, by_level) < 0) & np.isfinite(by_level))
     if len(again):
         own = [slice_tube_curvature(problem, sub[again], R[again], lo, hi, possible[again])
                for lo, hi, possible in slices]
-        by_level[again] = np.maximum(by_level[again], _per_slice(t32, idx, slices, own, again, level))
+        by_level[again] = np.maximum(by_level[again], per_slice(again, own))
     return np.maximum(by_rate, by_level), start.u, h.lo > 0
-
-
-def _per_slice(t32: Terms, idx: np.ndarray, slices: list, second_lo: list[np.ndarray], rows: np.ndarray,
-               level) -> np.ndarray:
-    """The level route's bound, the least over the input slices the filter may use of that
-    slice's bound (its own d/dt h at x_k and its curvature ``second_lo``); -inf where no slice is
-    admissible (the filter is infeasible there)."""
-    out = np.full(len(rows), np.inf)
-    for (s_lo, s_hi, possible), second in zip(slices, second_lo):
-        held = t32.Lf[idx][rows] + (t32.LG[idx][rows] * Interval(s_lo, s_hi)).sum(-1)
-        out = np.where(possible[rows], np.minimum(out, level(rows, second, held.lo)), out)
-    return np.where(np.isfinite(out), out, -np.inf)
 
 
 def slice_tube_curvature(problem: Problem, box: Interval, R: Interval, u_lo: np.ndarray, u_hi: np.ndarray,
