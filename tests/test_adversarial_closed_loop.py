@@ -236,7 +236,7 @@ def hi_u(system):
 
 @pytest.mark.toolchain
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle"])
+@pytest.mark.parametrize("name", ["vdp", "pendulum", "bicycle", "dubins"])
 def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name, cxx):
     from cbfsim.claim import load_claim
     from cbfsim.filters import CBFQP, HOCBFQP
@@ -296,7 +296,8 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
         sol = solve_ivp(rhs, (0.0, dt), x.ravel(), method="DOP853", rtol=1e-10, atol=1e-12, args=(u,),
                         t_eval=np.linspace(0.0, dt, CHECK_INSTANTS))
         assert sol.success, sol.message
-        path = wrap(sol.y.T.reshape(CHECK_INSTANTS, RUNS, system.n)[1:], system.periodic, dom_lo)
+        # the claim leaves a periodic coordinate unbounded (-inf, inf): wrap it into the card's box
+        path = wrap(sol.y.T.reshape(CHECK_INSTANTS, RUNS, system.n)[1:], system.periodic, box_lo)
         flat = path.reshape(-1, system.n)
         lv = level(net, system, flat, card.order, alpha1).reshape(CHECK_INSTANTS - 1, RUNS)
         outside = ~np.all((path >= dom_lo) & (path <= dom_hi), axis=2)
