@@ -90,6 +90,35 @@ def _f_softplus_smooth(x, p) -> Triple:
     return value, s, beta * s * sc
 
 
+_SOFTPLUS_POINT_ULPS = 2 * iv.TRANSCENDENTAL_ULPS + 6
+
+
+def _p_softplus_smooth(a: np.ndarray, p) -> Triple:
+    """``_f_softplus_smooth`` at the points ``a``, in plain float64 then widened: about 5x
+    faster than the interval formula, and each endpoint of every activation's image is such a
+    point.  Error count, relative (exp and log1p within TRANSCENDENTAL_ULPS = T ulps, each
+    other operation one rounding u = 2^-53): e = exp(-|z|) T; s = 1 / (1 + e) and its mirror
+    T + 2u; log1p(e) (log1p(e(1 + d)) - log1p(e) <= d e / (1 + e) <= d log1p(e)) 2T + u;
+    max(z, 0) + that, both >= 0, one more u; / beta one more; beta s sc 2T + 6u.  So 2T + 6
+    ulps (2^-52 each) and TINY hold all three, when z = beta a is exact (beta = 1).  Else z
+    carries u |z| absolute, which exp turns into u |z| relative: |z| ulps more."""
+    beta = p["beta"]
+    with np.errstate(over="ignore", under="ignore"):
+        z = beta * a
+        s, sc = 1.0 / (1.0 + np.exp(-z)), 1.0 / (1.0 + np.exp(z))
+        value = (np.maximum(z, 0.0) + np.log1p(np.exp(-np.abs(z)))) / beta
+        d2 = beta * s * sc
+    out = []
+    for v in (value, s, d2):
+        lo, hi = iv._widen_down(v, _SOFTPLUS_POINT_ULPS), iv._widen_up(v, _SOFTPLUS_POINT_ULPS)
+        if beta != 1.0:
+            with np.errstate(over="ignore", invalid="ignore"):
+                extra = np.nan_to_num(iv._up(np.abs(v) * np.abs(z) * 2.0 ** -52), nan=np.inf)
+                lo, hi = iv._down(lo - extra), iv._up(hi + extra)
+        out.append(Interval(np.maximum(lo, 0.0), hi, check=False))
+    return tuple(out)
+
+
 def _f_silu(x, p) -> Triple:
     s, sc = _sigmoid_pair(x)
     return x * s, s * (1.0 + x * sc), s * sc * (2.0 + x * (sc - s))
@@ -137,6 +166,7 @@ class Piece:
     sigma^(k) on the piece (every local extremum of that derivative)."""
     formula: Callable[[Interval, dict], Triple]
     crits: tuple[tuple[float, ...], tuple[float, ...], tuple[float, ...]] = ((), (), ())
+    at_points: Callable[[np.ndarray, dict], Triple] | None = None    # the formula at points, faster
 
 
 Kink = tuple[float, float, bool]     # (lo, hi, owned by the right piece at an exact kink point)
@@ -184,8 +214,10 @@ def _masked_hull(acc: Interval, part: Interval, mask: np.ndarray) -> Interval:
 
 def _piece_image(piece: Piece, x: Interval, params: dict) -> Triple:
     """Hull of sigma^(k) at both endpoints and at critical points inside, for k = 0, 1, 2."""
-    at_lo = piece.formula(Interval.point(x.lo), params)
-    at_hi = piece.formula(Interval.point(x.hi), params)
+    if piece.at_points is not None:
+        at_lo, at_hi = piece.at_points(x.lo, params), piece.at_points(x.hi, params)
+    else:
+        at_lo, at_hi = piece.formula(Interval.point(x.lo), params), piece.formula(Interval.point(x.hi), params)
     out = []
     for k in range(3):
         lo = np.minimum(at_lo[k].lo, at_hi[k].lo)
@@ -193,8 +225,7 @@ def _piece_image(piece: Piece, x: Interval, params: dict) -> Triple:
         for c in piece.crits[k]:
             inside = (x.lo <= c + CRIT_SLACK) & (x.hi >= c - CRIT_SLACK)
             if np.any(inside):
-                crit = piece.formula(Interval(np.full(x.shape, c - CRIT_SLACK), np.full(x.shape, c + CRIT_SLACK)),
-                                     params)[k]
+                crit = piece.formula(Interval(np.array([c - CRIT_SLACK]), np.array([c + CRIT_SLACK])), params)[k]
                 lo = np.where(inside, np.minimum(lo, crit.lo), lo)
                 hi = np.where(inside, np.maximum(hi, crit.hi), hi)
         out.append(Interval(lo, hi, check=False))
@@ -241,7 +272,7 @@ ENCLOSURES: dict[str, PiecewiseEnclosure] = {
     "tanh": PiecewiseEnclosure(lambda p: (Piece(_f_tanh, ((), (0.0,), (-TANH_D2_CRIT, TANH_D2_CRIT))),)),
     "sigmoid": PiecewiseEnclosure(lambda p: (Piece(_f_sigmoid, ((), (0.0,), (-SIGMOID_D2_CRIT, SIGMOID_D2_CRIT))),)),
     "softplus": PiecewiseEnclosure(
-        lambda p: (Piece(_f_softplus_smooth, ((), (), (0.0,))), Piece(_linear(1.0))),
+        lambda p: (Piece(_f_softplus_smooth, ((), (), (0.0,)), _p_softplus_smooth), Piece(_linear(1.0))),
         _softplus_kinks),
     "silu": PiecewiseEnclosure(lambda p: (Piece(_f_silu, (
         (-1.2784645427610737951,), (-2.3993572805154676678, 2.3993572805154676678),

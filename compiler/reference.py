@@ -77,7 +77,7 @@ def first_order(model: Model, x: np.ndarray, directions: np.ndarray) -> FirstOrd
             t = t[:, src, :] * d1[:, :, None]
         elif isinstance(layer, Dense):
             a = a @ layer.weight.T + layer.bias
-            t = np.einsum("oi,bik->bok", layer.weight, t)
+            t = np.matmul(layer.weight, t)
         elif isinstance(layer, Affine):
             a = a * layer.scale + layer.shift
             t = t * layer.scale[None, :, None]
@@ -115,8 +115,8 @@ def second_order(model: Model, x: np.ndarray, v1: np.ndarray, w: np.ndarray, u: 
         elif isinstance(layer, Dense):
             a = a @ layer.weight.T + layer.bias
             t1 = t1 @ layer.weight.T
-            t2 = np.einsum("oi,bik->bok", layer.weight, t2)
-            t12 = np.einsum("oi,bik->bok", layer.weight, t12)
+            t2 = np.matmul(layer.weight, t2)
+            t12 = np.matmul(layer.weight, t12)
         elif isinstance(layer, Affine):
             a = a * layer.scale + layer.shift
             t1 = t1 * layer.scale

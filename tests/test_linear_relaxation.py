@@ -211,3 +211,28 @@ def test_a_box_across_softplus_threshold_gets_no_centred_bound():
     box = Interval(np.array([[1.5, 0.0], [-1.0, 0.0]]), np.array([[2.5, 0.1], [-0.5, 0.1]]))
     row = centred_row(model, plant_enclosure(system), box, np.ones((2, 1)), None)
     assert row.lower[0] == -np.inf and np.isfinite(row.lower[1])
+
+
+def test_baumann_centre_loses_the_least_of_any_centre_in_the_box():
+    """The mean-value form's lower bound is psi(c) + min over x in B, d in D of d . (x - c); its
+    second term, for the chosen centre (``baumann_centre``), is the largest over a grid of 201
+    centres per coordinate (brute force), and zero along a coordinate where D has one sign."""
+    from training.certify.centred import baumann_centre
+    rng = np.random.default_rng(7)
+    B = 400
+    lo = rng.normal(size=(B, 1)) * 2
+    hi = lo + rng.uniform(1e-3, 2, size=(B, 1))
+    a, b = rng.normal(size=(B, 1)), rng.normal(size=(B, 1))
+    b[:80] = np.abs(b[:80]) + np.abs(a[:80])            # some one-signed enclosures
+    D = Interval(np.minimum(a, b), np.maximum(a, b))
+    centre = baumann_centre(D, Interval(lo, hi))
+
+    def loss(c):                                       # min of d (x - c) over the box's ends and D's ends
+        return np.min([d * (x - c) for d in (D.lo, D.hi) for x in (lo, hi)], axis=0)
+
+    grid = lo + (hi - lo) * np.linspace(0, 1, 201)[None, :]
+    best = np.max(loss(grid), axis=1)
+    assert np.all((lo <= centre) & (centre <= hi))
+    assert np.all(loss(centre)[:, 0] >= best - 1e-12)         # no grid centre beats it
+    one_signed = (D.lo >= 0) | (D.hi <= 0)
+    assert np.all(np.abs(loss(centre)[one_signed]) <= 1e-15)

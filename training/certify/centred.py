@@ -13,7 +13,9 @@ and psi is C^1 wherever h is C^2 and f, G are C^1, so over a box B with centre c
     D_i = sum_k H_ik F_k + sum_k (dh/dx_k) dF_k/dx_i,
 
 with H and grad h from the network's order-2 interval jets over B (``compiler.bounds.enclose``)
-and J_f, J_G from the plant's enclosure.  Its excess is O(width^2).  u* is the best vertex of U
+and J_f, J_G from the plant's enclosure.  Its excess is O(width^2).  The centre c is
+Baumann's for the lower bound (``baumann_centre``): along a coordinate where D_i has one sign,
+the end of the box where the row is least, so that coordinate costs nothing.  u* is the best vertex of U
 at the box's centre (the sign of the midpoint of the L_G h enclosure); any u* in U is sound.
 
 The header's float32 gradient lies within ``rounding.grad`` of the real one (the float32-mode
@@ -53,6 +55,21 @@ def best_vertex(a_mid: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> np.nda
     return np.where(a_mid >= 0, u_hi[None, :], u_lo[None, :])
 
 
+def baumann_centre(D: Interval, box: Interval) -> np.ndarray:
+    """(B, n): the centre that maximises the mean-value form's lower bound for the slope
+    enclosure ``D`` (Baumann 1988): per coordinate, the lower end where the row cannot fall
+    along it (D_i >= 0), the upper end where it cannot rise (D_i <= 0), else the point that
+    balances the two ends, (d_hi lo - d_lo hi) / (d_hi - d_lo).  Any point of the box is
+    sound; this one loses nothing along a monotone coordinate, where the midpoint loses
+    |D_i| times half the width.  The midpoint where D is not finite."""
+    lo, hi, d_lo, d_hi = box.lo, box.hi, D.lo, D.hi
+    with np.errstate(all="ignore"):
+        balanced = (d_hi * lo - d_lo * hi) / (d_hi - d_lo)
+    centre = np.where(d_lo >= 0, lo, np.where(d_hi <= 0, hi, balanced))
+    centre = np.where(np.isfinite(d_lo) & np.isfinite(d_hi) & np.isfinite(centre), centre, box.mid)
+    return np.clip(centre, lo, hi)
+
+
 def centred_row(model: Any, plant: Any, box: Interval, u_star: np.ndarray,
                 grad_rounding: np.ndarray | None) -> CentredRow:
     """The centred-form bound of grad h . (f + G u*) over each box of ``box`` (B, n), for the
@@ -61,14 +78,14 @@ def centred_row(model: Any, plant: Any, box: Interval, u_star: np.ndarray,
     from compiler.bounds import enclose
     batch, n = box.shape
     u = Interval.point(np.asarray(u_star, dtype=float))
-    centre = np.clip(box.mid, box.lo, box.hi)
-    cbox = Interval.point(centre)
     with np.errstate(all="ignore"):
         jets = enclose(model, box, order=2)
         terms = plant_terms(plant, box, 1, with_input_jacobian=True)
         F = terms.f + (terms.G * u[:, None, :]).sum(-1)                       # (B, n)
         JF = terms.Jf + (terms.JG * u[:, :, None, None]).sum(1)               # (B, n, n): dF_k/dx_i
         D = (jets.hess * F[:, :, None]).sum(1) + (jets.grad[:, :, None] * JF).sum(1)
+        centre = baumann_centre(D, box)
+        cbox = Interval.point(centre)
         at_c = enclose(model, cbox, order=1)
         pc = plant_terms(plant, cbox, 1)
         Fc = pc.f + (pc.G * u[:, None, :]).sum(-1)
