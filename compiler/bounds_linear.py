@@ -31,6 +31,8 @@ header's rounding bound e (from ``enclose(..., float32=True)``) as the interval 
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .activations import ACTIVATIONS
@@ -130,6 +132,51 @@ def linear_bounds(model: Model, box, rounding_h: np.ndarray | None = None) -> In
     """Enclosure (B,) of h over each box from the two linear bounds (upper bound of h and of -h),
     intersected with the interval engine's; ``rounding_h`` (B,): the float32 header's rounding
     bound on h, added on both sides."""
+    jets, box, lam, const = _planes(model, box)
+    if lam is None:
+        return jets.h
+    const = const + _dot_up(lam, box)
+    const = np.where(np.isnan(const), np.inf, const)
+    upper, neg_lower = const[:, 0], const[:, 1]
+    lo, hi = np.maximum(-neg_lower, jets.h.lo), np.minimum(upper, jets.h.hi)
+    if rounding_h is not None:
+        lo = np.nextafter(lo - rounding_h, -np.inf)
+        hi = np.nextafter(hi + rounding_h, np.inf)
+    return Interval(lo, hi, check=False)
+
+
+@dataclass
+class LowerPlane:
+    """h(x) >= -(coef . x) - offset for every x of the box it was built on (B boxes): the
+    back substitution's bound before it is maximised over the box, so it bounds h on any part
+    of the box (``over``) at the cost of one dot product, with no network evaluation."""
+    coef: np.ndarray        # (B, n)
+    offset: np.ndarray      # (B,), rounded up, with the float32 header's rounding bound when given
+
+    def over(self, cells: Interval) -> np.ndarray:
+        """(B, K) lower bounds of h over K cells (B, K, n) of each box (rounded down)."""
+        with np.errstate(invalid="ignore", over="ignore"):
+            pick = np.where(self.coef[:, None, :] >= 0, cells.hi, cells.lo)
+            prod = np.where(self.coef[:, None, :] == 0, 0.0, self.coef[:, None, :] * pick)
+            slack = _sum_up(np.abs(prod)) * 2.0 * gamma(self.coef.shape[-1] + 1)
+            top = np.nextafter(np.sum(prod, axis=-1) + slack, np.inf)
+            low = np.nextafter(-top - self.offset[:, None], -np.inf)
+        return np.where(np.isnan(low), -np.inf, low)
+
+
+def lower_plane(model: Model, box, rounding_h: np.ndarray | None = None) -> LowerPlane | None:
+    """The linear lower bound of h over each box (B, n) as a plane (``LowerPlane``); None for a
+    model the back substitution does not cover (an unfolded Affine layer)."""
+    _, _, lam, const = _planes(model, box)
+    if lam is None:
+        return None
+    offset = const[:, 1] if rounding_h is None else np.nextafter(const[:, 1] + rounding_h, np.inf)
+    return LowerPlane(lam[:, 1, :], np.where(np.isnan(offset), np.inf, offset))
+
+
+def _planes(model: Model, box):
+    """(interval jets, checked box, lam (B, 2, n), const (B, 2)) with +-h(x) <= lam_k . x + const_k
+    on each box (lam None: an unfolded Affine layer, no planes)."""
     trace: list = []
     jets = enclose(model, box, order=1, trace=trace)
     box = trace[0][1]                     # the checked (B, n) box
@@ -165,12 +212,5 @@ def linear_bounds(model: Model, box, rounding_h: np.ndarray | None = None) -> In
             const = np.nextafter(const + err, np.inf)
             lam = new
         else:                      # an unfolded Affine layer: canonical models have none
-            return jets.h
-    const = const + _dot_up(lam, box)
-    const = np.where(np.isnan(const), np.inf, const)
-    upper, neg_lower = const[:, 0], const[:, 1]
-    lo, hi = np.maximum(-neg_lower, jets.h.lo), np.minimum(upper, jets.h.hi)
-    if rounding_h is not None:
-        lo = np.nextafter(lo - rounding_h, -np.inf)
-        hi = np.nextafter(hi + rounding_h, np.inf)
-    return Interval(lo, hi, check=False)
+            return jets, box, None, None
+    return jets, box, lam, const

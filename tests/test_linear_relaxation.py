@@ -31,7 +31,7 @@ from training.certify.problem import plant_enclosure
 from training.certify.terms import plant_terms
 
 from test_bounds import assert_contains, random_boxes, random_net, samples_in, torch_jets
-from training.architectures import ACTIVATION_NAMES
+from training.architectures import ACTIVATION_NAMES, activation_module
 
 SMOOTH = ("tanh", "sigmoid", "softplus", "silu", "gelu", "gelu_tanh")
 SYSTEMS = ("van_der_pol", "unicycle", "obstacle_avoidance")
@@ -236,3 +236,64 @@ def test_baumann_centre_loses_the_least_of_any_centre_in_the_box():
     assert np.all(loss(centre)[:, 0] >= best - 1e-12)         # no grid centre beats it
     one_signed = (D.lo >= 0) | (D.hi <= 0)
     assert np.all(np.abs(loss(centre)[one_signed]) <= 1e-15)
+
+
+@pytest.mark.parametrize("act", ["softplus", "tanh", "relu"])
+def test_the_lower_plane_holds_torch_h_on_every_part_of_its_box(act):
+    """``lower_plane``: over random sub-boxes of each box (``LowerPlane.over``), the plane's
+    lower bound is below torch float64 h at samples in them, through a periodic embedding too;
+    and over the whole box it is never above ``linear_bounds``' lower end."""
+    from compiler.bounds_linear import lower_plane
+    from compiler.periodic import periodic_embedding
+    rng = np.random.default_rng(8)
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(periodic_embedding(3, {2: 2 * np.pi}), torch.nn.Linear(4, 8), activation_module(act),
+                              torch.nn.Linear(8, 8), activation_module(act), torch.nn.Linear(8, 1)).double()
+    model = load_model(net)
+    centre = rng.uniform(-3, 3, (150, 3))
+    width = 10.0 ** rng.uniform(-4, 0.3, (150, 3))
+    box = Interval(centre - width / 2, centre + width / 2)
+    plane = lower_plane(model, box)
+    whole = plane.over(Interval(box.lo[:, None, :], box.hi[:, None, :]))[:, 0]
+    assert np.all(whole <= linear_bounds(model, box).lo + 1e-12)
+    a = rng.uniform(box.lo[:, None, :], box.hi[:, None, :], (150, 5, 3))
+    b = rng.uniform(box.lo[:, None, :], box.hi[:, None, :], (150, 5, 3))
+    cells = Interval(np.minimum(a, b), np.maximum(a, b))
+    bound = plane.over(cells)                                               # (150, 5)
+    t = rng.uniform(size=(12, 150, 5, 3))
+    x = cells.lo + t * (cells.hi - cells.lo)
+    with torch.no_grad():
+        h = net(torch.tensor(x.reshape(-1, 3))).numpy().reshape(12, 150, 5)
+    assert np.all(bound[None] <= h + TOL * (1 + np.abs(h)))
+    assert np.mean(bound > -np.inf) > 0.99
+
+
+def test_cells_counted_inside_the_set_hold_only_states_the_header_puts_in_it():
+    """Coverage's plane cells (``coverage.plane_cells``) on boxes straddling the shipped VdP
+    set's edge: every sampled state of a cell counted inside has h >= 0 by the compiled float32
+    header, and the cells do count a real share of the straddling volume."""
+    from pathlib import Path
+    from cbfsim.runtime import compile_barrier
+    from training.certify.build import build_problem
+    from training.certify.coverage import plane_cells
+    root = Path(__file__).resolve().parent.parent / "experiments" / "models"
+    problem = build_problem(root / "vdp.onnx", root / "vdp.json")
+    rng = np.random.default_rng(9)
+    x = rng.uniform(problem.lo, problem.hi, (20000, 2))
+    lib = compile_barrier(root / "vdp.onnx", inputs=1, order=1, dtype="float")
+
+    def header_h(states):
+        return lib.lie(states, np.zeros_like(states), np.zeros((len(states), 2, 1)))[0]
+
+    h = header_h(x)
+    near = x[np.abs(h) < 0.02][:300]                      # boxes of width 0.05 around edge states
+    lo, hi = near - 0.025, near + 0.025
+    counted, straddling = 0, 0
+    for cells, inside, _ in plane_cells(problem, lo, hi, np.array([True, True])):
+        pts = cells.lo[inside] + rng.uniform(size=(8,) + cells.lo[inside].shape) * (cells.hi - cells.lo)[inside]
+        pts = pts.reshape(-1, 2)
+        h32 = header_h(pts)
+        assert np.all(h32 >= 0), pts[np.argmin(h32)]
+        counted += int(inside.sum())
+        straddling += inside.size
+    assert counted > 0.2 * straddling

@@ -2,7 +2,9 @@
 
 Lower bound of the numerator: proven boxes wholly inside the certified set (h_lo >= 0, order 2
 also psi1_lo >= 0), after bisecting the proven boxes that straddle its boundary a few more
-times (only the h / psi1 enclosures are needed there: the conditions are already proven).
+times (only the h / psi1 enclosures are needed there: the conditions are already proven),
+and, order 1, the cells of the boxes still straddling it where the box's linear lower bound of h
+is >= 0 (``plane_inside``: a grid of cells per box, one dot product each).
 Upper bound of the denominator: a grid of boxes over the coordinates the constraint reads,
 whose cells that straddle the constraint's boundary are bisected further, counting the cells
 where the constraint enclosure reaches >= 0.  Coordinates the constraint does not read cancel
@@ -16,7 +18,7 @@ from typing import Any
 import numpy as np
 import sympy as sp
 
-from compiler.interval import Interval
+from compiler.interval import TINY, Interval
 
 from .branch import halve
 from .problem import Problem
@@ -92,7 +94,53 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
         keep = meets & ~inside
         lo, hi = lo[keep], hi[keep]
         lo, hi = halve(lo, hi, np.argmax(np.where(cut, (hi - lo) / span, -1.0), axis=1))
+    if problem.order == 1 and len(lo):
+        total += plane_inside(problem, lo, hi, cut)
     return total
+
+
+PLANE_CELLS = 512        # cells per leftover box that its linear lower bound of h decides
+
+
+def plane_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarray) -> float:
+    """Relative volume of the cells of the boxes (lo, hi) where the box's linear lower bound of
+    the header's h (``compiler.bounds_linear.lower_plane``, float32 rounding included) is >= 0:
+    order 1, the set is {h >= 0}.  Each box is cut into a grid of about PLANE_CELLS cells along
+    the coordinates ``cut``; deciding a cell costs one dot product, no network evaluation, so
+    the boxes the bisection's budget leaves straddling the set's edge still count their inner
+    part.  Any cell where the plane is >= 0 lies in the set, so the sum is a lower bound."""
+    return sum(float((inside.sum(axis=1) * cell_rel).sum()) for _, inside, cell_rel in plane_cells(problem, lo, hi, cut))
+
+
+def plane_cells(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarray):
+    """Per chunk of boxes: (the cells (B, K, n), whether each lies in {h >= 0} by its box's
+    lower plane (B, K), each cell's volume relative to D's (B,)); see ``plane_inside``."""
+    from compiler.bounds import enclose
+    from compiler.bounds_linear import lower_plane
+    from .branch import CHUNK
+    dims = np.flatnonzero(cut)
+    k = max(2, int(round(PLANE_CELLS ** (1.0 / len(dims)))))
+    grid = np.stack(np.meshgrid(*[np.arange(k)] * len(dims), indexing="ij"), -1).reshape(-1, len(dims))
+    span = problem.hi - problem.lo
+    for i in range(0, len(lo), CHUNK):
+        a, b = lo[i:i + CHUNK], hi[i:i + CHUNK]
+        box = Interval(a, b)
+        plane = lower_plane(problem.model, box, enclose(problem.model, box, order=0, float32=True).rounding.h)
+        if plane is None:
+            return
+        step = (b - a)[:, dims] / k
+        cell_lo = np.repeat(a[:, None, :], len(grid), axis=1)
+        cell_hi = np.repeat(b[:, None, :], len(grid), axis=1)
+        cell_lo[:, :, dims] = a[:, None, dims] + grid[None] * step[:, None, :]
+        cell_hi[:, :, dims] = np.where(grid[None] + 1 == k, b[:, None, dims],
+                                       a[:, None, dims] + (grid[None] + 1) * step[:, None, :])
+        # each cell widened by a few ulps (its float ends carry two roundings), within the box:
+        # the checked cells cover the real grid, whose cells have exactly the volume counted
+        pad = 8 * 2.0 ** -52 * np.maximum(np.abs(a), np.abs(b))[:, None, :] + TINY
+        cells = Interval(np.maximum(cell_lo - pad, a[:, None, :]), np.minimum(cell_hi + pad, b[:, None, :]),
+                         check=False)
+        cell_rel = np.prod(np.where(problem.splittable, (b - a) / span, 1.0), axis=1) / len(grid)
+        yield cells, plane.over(cells) >= 0, cell_rel
 
 
 def set_masks(problem: Problem, _eps: float, lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
