@@ -3,6 +3,7 @@ between an obstacle and an arena wall as its constraint, and a turn-away backup 
 exactly the geometrically viable states on the hardest lines (heading straight at a wall)."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -117,7 +118,9 @@ def test_the_experiments_starts_face_the_obstacle():
     assert gap.max() <= 0.05 + 1e-12
     # every start's straight line hits the obstacle: its miss distance |p| sin(gap) is below r
     assert np.all(np.hypot(X[:, 0], X[:, 1]) * np.sin(gap) < car.params.r)
-    assert module.SPEC.controller == "aim" and module.SPEC.dt_control == 0.01
+    certificate = json.loads((path.parent / "models" / "dubins.cert.json").read_text())
+    assert certificate["certified"] and certificate["closed_in_domain"]
+    assert module.SPEC.controller == "aim" and module.SPEC.dt_control == certificate["dt"]   # the period proven
 
 
 def test_a_constant_backup_input_circles_and_labels_the_states_whose_circle_stays_in_the_ring():
