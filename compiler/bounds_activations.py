@@ -75,6 +75,24 @@ def _f_tanh(x, p) -> Triple:
     return t, d1, -2.0 * t * d1
 
 
+_TANH_POINT_ULPS = 4 * iv.TRANSCENDENTAL_ULPS + 8
+
+
+def _p_tanh(a: np.ndarray, p) -> Triple:
+    """``_f_tanh`` at the points ``a`` in plain float64, widened (as ``_p_softplus_smooth``).
+    Relative errors (T = TRANSCENDENTAL_ULPS ulps for tanh and exp, u = 2^-53 per other
+    rounding): t T; e = exp(-2|a|) T (2|a| is exact); 1 + e T + u; its square 2T + 3u;
+    sech^2 = 4e / (1 + e)^2 3T + 4u; -2 t sech^2 4T + 5u.  4T + 8 ulps (2^-52) hold all three."""
+    with np.errstate(over="ignore", under="ignore"):
+        t = np.tanh(a)
+        e = np.exp(-2.0 * np.abs(a))
+        d1 = 4.0 * e / (1.0 + e) ** 2
+        d2 = -2.0 * t * d1
+    return tuple(Interval(np.maximum(iv._widen_down(v, _TANH_POINT_ULPS), floor),
+                          np.minimum(iv._widen_up(v, _TANH_POINT_ULPS), ceil), check=False)
+                 for v, floor, ceil in ((t, -1.0, 1.0), (d1, 0.0, 1.0), (d2, -np.inf, np.inf)))
+
+
 def _f_sigmoid(x, p) -> Triple:
     s, sc = _sigmoid_pair(x)
     d1 = s * sc
@@ -269,7 +287,7 @@ ENCLOSURES: dict[str, PiecewiseEnclosure] = {
         lambda p: (Piece(_constant(lambda p: p["min_val"])), Piece(_linear(1.0)), Piece(_constant(lambda p: p["max_val"]))),
         _hardtanh_kinks),
     "elu": PiecewiseEnclosure(lambda p: (Piece(_f_elu_left), Piece(_linear(1.0))), _exact_kink(0.0)),
-    "tanh": PiecewiseEnclosure(lambda p: (Piece(_f_tanh, ((), (0.0,), (-TANH_D2_CRIT, TANH_D2_CRIT))),)),
+    "tanh": PiecewiseEnclosure(lambda p: (Piece(_f_tanh, ((), (0.0,), (-TANH_D2_CRIT, TANH_D2_CRIT)), _p_tanh),)),
     "sigmoid": PiecewiseEnclosure(lambda p: (Piece(_f_sigmoid, ((), (0.0,), (-SIGMOID_D2_CRIT, SIGMOID_D2_CRIT))),)),
     "softplus": PiecewiseEnclosure(
         lambda p: (Piece(_f_softplus_smooth, ((), (), (0.0,)), _p_softplus_smooth), Piece(_linear(1.0))),
