@@ -26,6 +26,7 @@ from .terms import lie_terms, plant_terms
 
 GRID_CELLS = 1 << 16
 REFINE_BOXES = 50_000
+REFINE_BOXES_BEFORE_PLANE = 10_000   # order 1: the planes decide the rest for less (cart: 61.10% vs 61.12%, 7 s less)
 EDGE_CELLS = 400_000     # constraint cells evaluated while bisecting the straddling ones
 
 
@@ -66,18 +67,21 @@ def constraint_volume(problem: Problem, budget: int = EDGE_CELLS) -> float:
         lo, hi = halve(lo, hi, np.argmax(np.where(reads, (hi - lo) / rel_span, -1.0), axis=1))
 
 
-def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int = REFINE_BOXES,
+def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int | None = None,
                   runner: Any = None) -> float:
     """Relative volume of the parts of the boxes (lo, hi) proven inside the certified set.
     Order 1 splits only the coordinates the network reads (the set is {h >= 0}); order 2 also
-    those f reads (psi1 = L_f h + alpha1 h).  ``runner`` (``shards.py``; None: this process)
-    evaluates each round in fixed chunks."""
+    those f reads (psi1 = L_f h + alpha1 h).  ``budget``: boxes the bisection may evaluate
+    (None: REFINE_BOXES, order 1 REFINE_BOXES_BEFORE_PLANE, and the planes decide the boxes it
+    leaves).  ``runner`` (``shards.py``; None: this process) evaluates each round in fixed chunks."""
     from .branch import CHUNK
     span = problem.hi - problem.lo
     split = problem.splittable
     cut = problem.read_by_network & split if problem.order == 1 else split
     if not cut.any():
         cut = split
+    if budget is None:
+        budget = REFINE_BOXES if problem.order == 2 else REFINE_BOXES_BEFORE_PLANE
     total = 0.0
     evaluated = 0
     while len(lo) and evaluated + len(lo) <= budget:
