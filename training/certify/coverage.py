@@ -113,7 +113,8 @@ def plane_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarr
     the coordinates ``cut``; deciding a cell costs one dot product, no network evaluation, so
     the boxes the bisection's budget leaves straddling the set's edge still count their inner
     part.  Any cell where the plane is >= 0 lies in the set, so the sum is a lower bound."""
-    return sum(float((inside.sum(axis=1) * cell_rel).sum()) for _, inside, cell_rel in plane_cells(problem, lo, hi, cut))
+    return sum(float((inside.sum(axis=1) * cell_rel).sum())
+               for _, inside, cell_rel in plane_cells(problem, lo, hi, cut))
 
 
 def plane_cells(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarray):
