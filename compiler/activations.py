@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
-from scipy.special import erf
 
 from .bounds_activations import ENCLOSURES as _ENCLOSURES
 from .cpp_snippets import Literal, sel, sigmoid_lines, tanh_lines
@@ -91,6 +90,7 @@ def _silu(x, p) -> Triple:
 
 def _gelu(x, p) -> Triple:
     if p["approximate"] == 0.0:
+        from scipy.special import erf       # here, not at the top: scipy.special is 0.3 s of every CLI start
         cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
         pdf = INV_SQRT_2PI * np.exp(-0.5 * x * x)
         return x * cdf, cdf + x * pdf, pdf * (2.0 - x * x)
