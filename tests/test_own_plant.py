@@ -17,9 +17,9 @@ EXAMPLE = ROOT / "examples" / "own_plant"
 pytestmark = [pytest.mark.toolchain, pytest.mark.slow]
 
 TRAIN_FLAGS = ["--widths", "32,32", "--activation", "tanh", "--label-lost", "--safe-fraction", "0.3",
-               "--w-condition", "10", "--gamma", "2", "--rounds", "15", "--max-time", "90",
-               "--n-uniform", "10000", "--n-boundary", "4000", "--check-samples", "50000",
-               "--check-boundary", "10000", "--verify-samples", "50000", "--no-progress"]
+               "--w-condition", "10", "--gamma", "2", "--rounds", "8", "--max-time", "30",
+               "--n-uniform", "10000", "--n-boundary", "4000", "--check-samples", "20000",
+               "--check-boundary", "5000", "--verify-samples", "20000", "--no-progress"]   # the example's --fast budgets
 
 
 def _run(args, cwd, pythonpath, timeout=600):
