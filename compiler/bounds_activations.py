@@ -88,9 +88,18 @@ def _p_tanh(a: np.ndarray, p) -> Triple:
         e = np.exp(-2.0 * np.abs(a))
         d1 = 4.0 * e / (1.0 + e) ** 2
         d2 = -2.0 * t * d1
-    return tuple(Interval(np.maximum(iv._widen_down(v, _TANH_POINT_ULPS), floor),
-                          np.minimum(iv._widen_up(v, _TANH_POINT_ULPS), ceil), check=False)
-                 for v, floor, ceil in ((t, -1.0, 1.0), (d1, 0.0, 1.0), (d2, -np.inf, np.inf)))
+    return (_widened(t, _TANH_POINT_ULPS, -1.0, 1.0), _widened(d1, _TANH_POINT_ULPS, 0.0, 1.0),
+            _widened(d2, _TANH_POINT_ULPS))
+
+
+def _widened(v: np.ndarray, ulps: int, floor: float = -np.inf, ceil: float = np.inf,
+             extra: np.ndarray | None = None) -> Interval:
+    """v widened by ``ulps`` ulps and TINY (``extra`` more, absolute), clipped to [floor, ceil]:
+    the enclosure of a value a point formula computed within that many ulps."""
+    lo, hi = iv._widen_down(v, ulps), iv._widen_up(v, ulps)
+    if extra is not None:
+        lo, hi = iv._down(lo - extra), iv._up(hi + extra)
+    return Interval(np.maximum(lo, floor), np.minimum(hi, ceil), check=False)
 
 
 def _f_sigmoid(x, p) -> Triple:
@@ -128,12 +137,11 @@ def _p_softplus_smooth(a: np.ndarray, p) -> Triple:
         d2 = beta * s * sc
     out = []
     for v in (value, s, d2):
-        lo, hi = iv._widen_down(v, _SOFTPLUS_POINT_ULPS), iv._widen_up(v, _SOFTPLUS_POINT_ULPS)
+        extra = None
         if beta != 1.0:
             with np.errstate(over="ignore", invalid="ignore"):
                 extra = np.nan_to_num(iv._up(np.abs(v) * np.abs(z) * 2.0 ** -52), nan=np.inf)
-                lo, hi = iv._down(lo - extra), iv._up(hi + extra)
-        out.append(Interval(np.maximum(lo, 0.0), hi, check=False))
+        out.append(_widened(v, _SOFTPLUS_POINT_ULPS, 0.0, extra=extra))
     return tuple(out)
 
 

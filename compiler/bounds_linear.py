@@ -119,8 +119,13 @@ def _sum_up(terms: np.ndarray, axis: int = -1) -> np.ndarray:
 
 def _dot_up(coef: np.ndarray, iv: Interval) -> np.ndarray:
     """Upper bound of max over y in iv of coef . y (last axis), rounded up: coef (B, K, w), iv (B, w)."""
+    return _max_dot_up(coef, iv.lo[:, None, :], iv.hi[:, None, :])
+
+
+def _max_dot_up(coef: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Upper bound of max over y in [lo, hi] of coef . y (last axis, all three broadcast), rounded up."""
     with np.errstate(invalid="ignore", over="ignore"):
-        pick = np.where(coef >= 0, iv.hi[:, None, :], iv.lo[:, None, :])
+        pick = np.where(coef >= 0, hi, lo)
         prod = coef * pick
         prod = np.where(coef == 0, 0.0, prod)
         total = np.sum(prod, axis=-1)
@@ -155,11 +160,8 @@ class LowerPlane:
 
     def over(self, cells: Interval) -> np.ndarray:
         """(B, K) lower bounds of h over K cells (B, K, n) of each box (rounded down)."""
+        top = _max_dot_up(self.coef[:, None, :], cells.lo, cells.hi)
         with np.errstate(invalid="ignore", over="ignore"):
-            pick = np.where(self.coef[:, None, :] >= 0, cells.hi, cells.lo)
-            prod = np.where(self.coef[:, None, :] == 0, 0.0, self.coef[:, None, :] * pick)
-            slack = _sum_up(np.abs(prod)) * 2.0 * gamma(self.coef.shape[-1] + 1)
-            top = np.nextafter(np.sum(prod, axis=-1) + slack, np.inf)
             low = np.nextafter(-top - self.offset[:, None], -np.inf)
         return np.where(np.isnan(low), -np.inf, low)
 
