@@ -226,6 +226,51 @@ def wrap(x: np.ndarray, periods: dict[int, float], lo: np.ndarray) -> np.ndarray
     return x
 
 
+def plant_field(system):
+    """x' = f(x) + G(x) u for a batch, written out from each plant's equations (the docstrings of
+    systems/*.py) rather than through the project's generic plant evaluation: the integration
+    then depends on the project only for the parameters, and it costs a third as much per call.
+    Checked against system.f + G u at the start of each test."""
+    p, name = system.params, system.name
+    if name == "van_der_pol":
+        def columns(x, u, out):
+            x1, x2 = x[:, 0], x[:, 1]
+            out[:, 0] = x2
+            out[:, 1] = p.mu * (1 - x1 * x1) * x2 - x1 + u[:, 0]
+    elif name == "inverted_pendulum":
+        def columns(x, u, out):
+            out[:, 0] = x[:, 1]
+            out[:, 1] = p.g / p.L * np.sin(x[:, 0]) + u[:, 0] / (p.mass * p.L ** 2)
+    elif name == "bicycle":
+        def columns(x, u, out):
+            psi, v = x[:, 2], x[:, 3]
+            out[:, 0] = v * np.cos(psi)
+            out[:, 1] = v * np.sin(psi)
+            out[:, 2] = v / p.l_w * u[:, 1]
+            out[:, 3] = u[:, 0]
+    elif name == "dubins":
+        def columns(x, u, out):
+            out[:, 0] = p.v * np.cos(x[:, 2])
+            out[:, 1] = p.v * np.sin(x[:, 2])
+            out[:, 2] = u[:, 0]
+    else:
+        raise AssertionError(f"no hand-written field for {name}")
+
+    def field(x: np.ndarray, u: np.ndarray) -> np.ndarray:
+        out = np.empty_like(x)
+        columns(x, u, out)
+        return out
+    return field
+
+
+def _check_field(field, system) -> None:
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-2, 2, size=(64, system.n))
+    u = rng.uniform(lo_u(system), hi_u(system), size=(64, system.m))
+    np.testing.assert_allclose(field(x, u), system.f(x) + np.einsum("bij,bj->bi", system.G(x), u),
+                               rtol=1e-13, atol=1e-13)
+
+
 def lo_u(system):
     return np.asarray(system.u_min, float)
 
@@ -275,9 +320,11 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
                        faces=claim.faces)
     lowest, checked = np.inf, 0
 
+    field = plant_field(system)
+    _check_field(field, system)
+
     def rhs(_t, z, u):
-        xs = z.reshape(RUNS, system.n)
-        return (system.f(xs) + np.einsum("bij,bj->bi", system.G(xs), u)).ravel()
+        return field(z.reshape(RUNS, system.n), u).ravel()
 
     for step in range(STEPS):
         rows = filter_rows(lib, system, card, cert, claim.faces, x)
@@ -294,6 +341,7 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
                 np.testing.assert_allclose(np.ravel(got), u[k], atol=1e-4, rtol=0)
                 checked += 1
         sol = solve_ivp(rhs, (0.0, dt), x.ravel(), method="DOP853", rtol=1e-10, atol=1e-12, args=(u,),
+                        first_step=dt,      # one step a period where that meets the tolerances
                         t_eval=np.linspace(0.0, dt, CHECK_INSTANTS))
         assert sol.success, sol.message
         # the claim leaves a periodic coordinate unbounded (-inf, inf): wrap it into the card's box
