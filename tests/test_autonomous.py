@@ -45,8 +45,9 @@ def trained(tmp_path_factory):
     from training.trainer import train_barrier
     systems.register("autonomous_sink", Sink, replace=True)
     out = tmp_path_factory.mktemp("sink")
+    # the own-plant example's --fast check budgets: the certifier below is the judge here
     cfg = TrainConfig(system="autonomous_sink", hidden=[16, 16], activation="softplus", rounds=6, max_time=50.0,
-                      safe_fraction=0.3, seed=0)
+                      safe_fraction=0.3, seed=0, check_samples=20_000, check_boundary=5_000, verify_samples=20_000)
     train_barrier(cfg, out, progress=False, overwrite=True)
     yield out
     systems.unregister("autonomous_sink")
