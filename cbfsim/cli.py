@@ -285,6 +285,9 @@ def certify_main(argv: Sequence[str]) -> int:
 def _certify(args: argparse.Namespace) -> int:
     if args.output is not None:                 # before the search (and its imports), not after it
         check_can_create(args.output.parent)
+    if args.card is not None:                   # a bad card fails in a blink, before the certifier's imports
+        from training.model_card import load_card
+        load_card(args.card)
     from training.certify import certify
 
     problem_args = dict(system=args.system, order=args.order, class_k=args.class_k, domain_lo=args.domain_lo,

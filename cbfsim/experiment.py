@@ -26,7 +26,6 @@ from .barriers import CompiledBarrier
 from .classk import Linear
 from .fate import FAULTED, summary_text, tally
 from .filters import CBFQP, CBFProjection, FilterStatus, HOCBFQP
-from .plots import phase_portrait, time_series
 from .preflight import (PreflightWarning, card_findings, certificate_entry, certified_margin, initial_state_findings,
                         load_certificate, report as report_findings)
 from .claim import load_claim
@@ -215,6 +214,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
         "timing_s": {k: v for k, v in filtered.metadata["timing"].items() if k.endswith("_s")},
     }
 
+    from .plots import phase_portrait, time_series    # matplotlib: only once there is something to draw
     fig_dir = out_dir
     value = lambda x: barrier.value(x)  # noqa: E731
     faces = claim.faces if claim.holds else ()

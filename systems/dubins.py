@@ -26,7 +26,6 @@ from types import SimpleNamespace
 
 import numpy as np
 import sympy as sp
-from scipy import special
 
 from .base import ControlAffineSystem, Definition
 
@@ -83,6 +82,7 @@ def _wall_profile(slope: float, focus: float, terms: int = 12):
     """w(psi) >= 0, min 0, with w' = slope (2 sum_n I_n(focus)/I_0(focus) cos n psi): the
     integral of a von Mises bump minus its mean, so w falls at the rate ``slope`` over more than
     half the circle and rises steeply around psi = 0 (closed form, smooth, periodic)."""
+    from scipy import special           # here, not at import: every process that lists the plants imports this module
     n = np.arange(1, terms + 1)
     coef = 2 * slope * special.iv(n, focus) / special.iv(0, focus) / n
     grid = np.linspace(-np.pi, np.pi, 4097)
