@@ -109,15 +109,39 @@ def test_the_braking_set_holds_most_backup_safe_states():
     assert np.sum(in_set & safe) / np.sum(safe) >= 0.95
 
 
-def test_the_pendulum_preset_uses_the_designs_alpha1_and_margin():
-    from training.presets import preset
-    cfg = preset("pendulum")
-    assert cfg.label_set == "systems.inverted_pendulum:braking_margin"
-    assert cfg.alpha1 == BRAKING.alpha1 and cfg.filter_margin == BRAKING.filter_margin
-
-
 @pytest.mark.parametrize("bad", [dict(slack=6.0), dict(margin_accel=6.0)])
 def test_a_design_asking_more_than_the_brake_gives_is_refused(bad):
     from systems.inverted_pendulum import BrakingDesign
     with pytest.raises(ValueError, match="exceed the input's deceleration"):
         braking_margin(inverted_pendulum(), np.zeros((1, 2)), BrakingDesign(**bad))
+
+
+def test_label_polish_brings_the_fits_second_derivative_to_the_target():
+    """L-BFGS on values, gradients and Hessians: the network's h'' (float64 autograd) ends far closer
+    to the target's (a closed form, not the polish's finite differences) than where it started."""
+    import torch
+
+    from training.network import MaskedBarrier
+    from training.trainer import _polish_label_fit
+
+    def target(system, x):                         # a bump with a closed-form second derivative
+        return np.exp(-2 * np.asarray(x)[..., 0] ** 2) - 0.3
+
+    def second(theta):
+        return (16 * theta**2 - 4) * np.exp(-2 * theta**2)
+
+    torch.manual_seed(0)
+    net = MaskedBarrier(2, [0], [16, 16], "softplus", seed=0).double()
+    x = np.stack([np.linspace(-1.5, 1.5, 600), np.zeros(600)], axis=1)
+    theta = torch.linspace(-1.0, 1.0, 101, dtype=torch.float64)
+
+    def error() -> float:
+        t = theta.clone().requires_grad_(True)
+        h = net(torch.stack([t, torch.zeros_like(t)], -1)).squeeze(-1)
+        (g,) = torch.autograd.grad(h.sum(), t, create_graph=True)
+        (g2,) = torch.autograd.grad(g.sum(), t)
+        return float(np.abs(g2.numpy() - second(theta.numpy())).max())
+
+    before = error()
+    _polish_label_fit(net, x[::2], target, None, cap=1.0, steps=200)
+    assert error() < 0.15 * before, (before, error())

@@ -21,23 +21,17 @@
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
   theta_dot in [-1.25, 1.25] is enforced by the filter as face rows (``faces``), so the claim is
-  closed.  On the right the set's edge psi1 = 0 is theta_dot = phi(theta) = alpha1 h / |h'|, and
-  there the row psi1' >= m reads theta_ddot <= phi phi' - m / |h'|: the input must be able to
-  follow the edge curve (independent of alpha1).  Trained by the sampled rounds, alpha1 2
-  certified with 85% of the backup-safe states (its edge near the tip is the line alpha1 s, far
-  inside the braking parabola); alpha1 5 and 7 held 93% and 96% (sampled) but their learned
-  edges asked more than the brake gives near the faces.  So the labels and the network come from
-  ``label_set`` (systems.inverted_pendulum:braking_margin): the edge is designed (phi = alpha1 s at
-  the tip, then a braking parabola leaving 1.2 rad/s^2 unused, then h levels off past the face)
-  and h = exp(-alpha1 int dtheta / phi) follows.  The network is its float64 Sobolev fit (5,000
-  Adam steps) polished by 800 full-batch L-BFGS steps that also match h'' (``label_polish``: the
-  row reads h'' theta_dot^2, which Adam's fit left ~30% off, eating the slack), no rounds.
-  alpha1 8: the margin must cover the row's drift over the 5 ms hold, about T |h''| theta_dot
-  (alpha1 theta_dot + u_max + g) in psi units, while the edge can only give |h'| times its slack,
-  and |h'| grows from the tip to the corner by a factor that rises with alpha1 (2.2 at 10, 1.6 at
-  8): at alpha1 10 the corner's boxes stayed undecided at margin 1.  A sharper edge (smooth-min
-  exponent 4, slack 0.5 or 0.8) fitted too loosely: confirmed feasibility counterexamples where
-  the fit's h'' was 30% low (2026-11-27).
+  closed.  alpha1 trades the set against the input: the set's edge near |theta| = pi/4 is
+  theta_dot <= alpha1 h / h', and braking along it asks alpha1 |theta_dot| of the input's 12 -
+  g sin(theta) rad/s^2.  alpha1 2 certifies with 85% of the backup-safe states; alpha1 5 and 7
+  hold 93% and 96% (sampled) but the filter is infeasible near the theta_dot faces (confirmed
+  counterexamples; 2026-11-27).  A designed edge (``label_set``
+  systems.inverted_pendulum:braking_margin, alpha1 8, ``warm_start_steps`` 5000, ``label_polish``
+  800, ``rounds`` 0) is feasible with >= 0.8 rad/s^2 to spare on a grid and holds 96.4% of the
+  backup-safe states (sampled), but at 5 ms it does not certify: the sampled-data routes fail at
+  single edge states (zero-width boxes, theta ~ -0.62, theta_dot ~ -0.9) for margins 1.6 and 2,
+  where RK4 rollouts of every admissible input hold: the tube enclosure of the row's drift is the
+  limit, not the set (2026-11-27).
 * ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
   obstacle and an arena wall), Softplus 3-64-64-1 on (p_x, p_y, sin theta, cos theta): the
   heading is periodic, so the exported network starts with the periodic embedding and reads the
@@ -97,11 +91,9 @@ PRESETS: dict[str, TrainConfig] = {
         w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.002,
         faces={"v": {"gamma": 1.0, "margin": 0.3}}, filter_margin=0.15),
     "pendulum": TrainConfig(
-        system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=8.0, alpha2=40.0,
+        system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
-        backup_horizon=2.0, backup_dt=0.01, label_lost=True,
-        label_set="systems.inverted_pendulum:braking_margin", warm_start_steps=5000, label_polish=800,
-        rounds=0, seed=0, dt_control=0.005,
+        backup_horizon=2.0, backup_dt=0.01, label_lost=True, rounds=30, seed=0, dt_control=0.005,
         faces={"theta_dot": {"gamma": 10.0, "margin": 1.0}}, filter_margin=1.0),
     # the literature's benchmarks (benchmarks/certify_suite.py), small budgets, at published network sizes
     "darboux": TrainConfig(
