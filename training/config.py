@@ -71,6 +71,7 @@ class TrainConfig:
     ce_fraction: float = 0.5            # share of each batch drawn from counterexamples
     steps_per_round: int = 300
     warm_start_steps: int = 300         # regress h onto the scaled constraint first
+    label_polish: int = 0               # label_set: L-BFGS steps matching h, grad h, Hessian after the fit
     lr: float = 1e-3
     lr_decay: float = 0.85              # per round, down to lr * lr_floor
     lr_floor: float = 0.2
@@ -214,7 +215,7 @@ def validate(cfg: TrainConfig, system) -> None:
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
-    for name in ("n_boundary", "steps_per_round", "warm_start_steps", "min_rounds", "check_boundary",
+    for name in ("n_boundary", "steps_per_round", "warm_start_steps", "label_polish", "min_rounds", "check_boundary",
                  "ce_neighbours", "ce_max_per_round", "seed", "certify_rounds", "certify_train_rounds"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:

@@ -53,6 +53,9 @@ FIELD_HELP: dict[str, str] = {
                        "end of each round",
     "warm_start_steps": "steps regressing h onto the scaled constraint before the rounds (0: none); raise it "
                         "when the first rounds start from an empty set",
+    "label_polish": "with a label_set: full-batch float64 L-BFGS steps after the warm start that match h, its "
+                    "gradient and its second derivatives to the set's margin (0: none); use it for order 2, "
+                    "whose condition reads the curvature of h (the pendulum's braking edge)",
     "lr": "Adam learning rate; lower it when the loss jumps between rounds, raise it when it barely moves",
     "lr_decay": "the learning rate is multiplied by this each round (in (0, 1]); lower it to settle sooner",
     "lr_floor": "the decay stops at lr x this (in (0, 1]); raise it to keep learning in late rounds",

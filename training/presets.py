@@ -25,7 +25,13 @@
   theta_dot <= alpha1 h / h', and braking along it asks alpha1 |theta_dot| of the input's 12 -
   g sin(theta) rad/s^2.  alpha1 2 certifies with 85% of the backup-safe states; alpha1 5 and 7
   hold 93% and 96% (sampled) but the filter is infeasible near the theta_dot faces (confirmed
-  counterexamples; 2026-11-27).
+  counterexamples; 2026-11-27).  A designed edge (``label_set``
+  systems.inverted_pendulum:braking_margin, alpha1 8, ``warm_start_steps`` 5000, ``label_polish``
+  800, ``rounds`` 0) is feasible with >= 0.8 rad/s^2 to spare on a grid and holds 96.4% of the
+  backup-safe states (sampled), but at 5 ms it does not certify: the sampled-data routes fail at
+  single edge states (zero-width boxes, theta ~ -0.62, theta_dot ~ -0.9) for margins 1.6 and 2,
+  where RK4 rollouts of every admissible input hold: the tube enclosure of the row's drift is the
+  limit, not the set (2026-11-27).
 * ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
   obstacle and an arena wall), Softplus 3-64-64-1 on (p_x, p_y, sin theta, cos theta): the
   heading is periodic, so the exported network starts with the periodic embedding and reads the
