@@ -100,3 +100,51 @@ def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
     lane = p.w - LANE_CLEARANCE
     heading = math.pi / 3 - HEADING_CLEARANCE - np.abs(psi)     # off the box's psi faces: the set stays closed
     return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py), heading])
+
+
+
+ROUNDED_SLOPE = 0.25          # rounded_turn_away_margin: the side wall's inward shift per radian heading [m/rad]
+ROUNDED_CLEARANCE = 0.045     # ... its clearance off the lane edge at psi = 0 [m]
+ROUNDED_LANE_CLEARANCE = 0.03  # ... the lane wall's (heading away; 0.015 less, so that wall binds only past
+#                               psi = 0.015 / slope, where heading away moves p_y at >= sin(0.015 / slope) v)
+ROUNDED_HEADING_CLEARANCE = 0.03  # ... the heading wall's off the training box's faces |psi| = pi/3 [rad]
+ROUNDED_HEADING_SCALE = 2.0   # ... the heading wall in metres per radian
+ROUNDED_RADIUS = 0.5          # ... the radius [m] that rounds the walls' corners
+
+
+def rounded_turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
+    """turn_away_margin's set with a linear wall shift and its heading-wall corners rounded
+    (``label_set``; metres).  The module's ROUNDED_* constants set it.
+
+    The walls along each lane edge are turn_away_margin's with a linear shift, p_y <= w - c -
+    rho (1 - cos psi)^+ - k psi: steering away raises that margin by v k / rho (0.055 v with k
+    = 0.25; k sin psi gives less near the heading wall and more than needed near psi = 0).
+    Where an edge's walls meet the heading wall, a plain min has a corner, and a state there
+    may steer into the heading wall while the filter reads the edge wall's rising gradient:
+    within a 2 ms hold the gradient turns (h'' ~ jump / corner width) and the sampled-data
+    bound, eps v / 10 >= (T / 2) v^2 |h''| (h'' along the arc length), cannot close.  So with
+    S+, S- the two edges' margins and H = s (pi/3 - c_H - |psi|) the heading wall's,
+    m = r - |((r - S+)^+, (r - S-)^+, (r - H)^+)|: where one is below r it is that one, where
+    two are, an arc of radius r (a corner's curvature along a path <= |rate|^2 / r), and r
+    inside (a cap).  The two edges enter separately, so the ridge between them is smooth too
+    where the set is narrow (next to the heading wall); the set loses nothing there while
+    it is wider than r."""
+    p = system.params
+    return _rounded(system, x, ROUNDED_SLOPE, ROUNDED_CLEARANCE, p.w - ROUNDED_LANE_CLEARANCE,
+                    ROUNDED_HEADING_SCALE * (math.pi / 3 - ROUNDED_HEADING_CLEARANCE), ROUNDED_HEADING_SCALE,
+                    ROUNDED_RADIUS)
+
+
+def _rounded(system: Bicycle, x: np.ndarray, slope: float, clearance: float, lane: float, heading: float,
+             heading_scale: float, r: float) -> np.ndarray:
+    p = system.params
+    rho = p.l_w / math.tan(p.delta_max)
+    x = np.asarray(x, dtype=np.float64)
+    py, psi = x[..., 1], x[..., 2]
+
+    def edge(toward: np.ndarray, side: np.ndarray) -> np.ndarray:   # side: +p_y or -p_y
+        bend = np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)
+        return np.minimum(lane - side, p.w - clearance - side - bend - slope * toward)
+
+    below = [np.maximum(r - m, 0.0) for m in (edge(psi, py), edge(-psi, -py), heading - heading_scale * np.abs(psi))]
+    return r - np.sqrt(below[0] ** 2 + below[1] ** 2 + below[2] ** 2)

@@ -383,3 +383,82 @@ def test_the_bicycle_turn_away_set_lies_in_the_lane_and_every_edge_state_can_rai
             rate = (turn_away_margin(car, edge + 1e-7 * F) - turn_away_margin(car, edge - 1e-7 * F)) / 2e-7
             best = np.maximum(best, rate)
     assert np.min(best / edge[:, 3]) >= 0.035, np.min(best / edge[:, 3])
+
+
+def _edge_rates(margin, car, edge: np.ndarray) -> np.ndarray:
+    """The best dm/dt over the input box's corners, by central differences of the margin along
+    f + G u (dm/dt is linear in u wherever m is differentiable)."""
+    best = np.full(len(edge), -np.inf)
+    for a in (car.u_min[0], car.u_max[0]):
+        for steer in (car.u_min[1], car.u_max[1]):
+            F = car.f(edge) + np.einsum("bij,j->bi", car.G(edge), np.array([a, steer]))
+            best = np.maximum(best, (margin(car, edge + 1e-7 * F) - margin(car, edge - 1e-7 * F)) / 2e-7)
+    return best
+
+
+def test_the_rounded_bicycle_set_lies_in_the_lane_is_closed_and_every_edge_state_can_raise_its_margin() -> None:
+    """systems.bicycle.rounded_turn_away_margin (the shipped barrier's label_set): m >= 0 only
+    inside the lane and off the box's heading faces, and on the set's edge some input of the
+    box raises m at >= 0.04 v (the filter asks for eps v / 10 with eps ~ 0.3)."""
+    from systems.bicycle import rounded_turn_away_margin as margin
+    car = get_system("bicycle")
+    rng = np.random.default_rng(5)
+    x = rng.uniform([-10, -1.75, -np.pi / 3, 2], [10, 1.75, np.pi / 3, 15], (300_000, 4))
+    m = margin(car, x)
+    assert np.all(np.abs(x[m >= 0, 1]) <= car.params.w - 0.03 + 1e-12)
+    face = x.copy()
+    face[:, 2] = np.where(x[:, 2] > 0, np.pi / 3, -np.pi / 3)
+    assert np.all(margin(car, face) < 0)
+    edge = x[np.abs(m) < 1e-3]
+    assert len(edge) > 100
+    best = _edge_rates(margin, car, edge)
+    assert np.min(best / edge[:, 3]) >= 0.04, np.min(best / edge[:, 3])
+
+
+def _arc(py: np.ndarray, psi: np.ndarray, kappa: float, s: float) -> tuple[np.ndarray, np.ndarray]:
+    """The kinematic car's exact (p_y, psi) after arclength s at constant curvature kappa."""
+    if kappa == 0.0:
+        return py + s * np.sin(psi), psi
+    return py + (np.cos(psi) - np.cos(psi + kappa * s)) / kappa, psi + kappa * s
+
+
+def _hold_failures(margin, car, eps: float, period: float = 0.002, gamma: float = 5.0, v: float = 15.0) -> float:
+    """Sampled-data check of a margin taken as the barrier at its fastest speed: every edge state
+    (0 <= m < 0.03) and every steering the filter may pick there (dm/dt + gamma m >= eps v / 10,
+    dm/dt by central differences along the exact arc) held for the period (the arclength
+    v T + a_max T^2 / 2: the path's shape does not depend on the speed), m along the exact arc.
+    Returns the least m met (< 0: the set is left within a period)."""
+    rng = np.random.default_rng(6)
+    py = rng.uniform(-1.75, 1.75, 600_000)
+    psi = rng.uniform(-np.pi / 3, np.pi / 3, 600_000)
+
+    def m_of(y, p):
+        return margin(car, np.stack([np.zeros_like(y), y, p, np.full_like(y, v)], axis=-1))
+    m = m_of(py, psi)
+    keep = (m >= 0) & (m < 0.03)
+    py, psi, m = py[keep], psi[keep], m[keep]
+    reach = v * period + 0.5 * car.params.a_max * period ** 2
+    worst = np.inf
+    for steer in np.linspace(car.u_min[1], car.u_max[1], 41):
+        kappa = float(steer) / car.params.l_w
+        rate = v * (m_of(*_arc(py, psi, kappa, 1e-6)) - m_of(*_arc(py, psi, kappa, -1e-6))) / 2e-6
+        allowed = rate + gamma * m >= eps * v / 10
+        low = m.copy()
+        for s in np.linspace(0.0, reach, 9)[1:]:
+            low = np.minimum(low, m_of(*_arc(py, psi, kappa, s)))
+        if allowed.any():
+            worst = min(worst, float(low[allowed].min()))
+    return worst
+
+
+def test_the_rounded_bicycle_set_is_kept_over_a_2ms_hold_and_a_sharp_cornered_one_is_not(monkeypatch) -> None:
+    """The rounding is what lets a 2 ms hold keep the set: with the filter's margin at 0.25 v / 10,
+    no edge state steers out of the rounded set within a period (exact arcs), while the same
+    set with its corners rounded at 0.05 m instead of 0.5 m is left (the mutant this test exists
+    to catch: its corner's curvature eats the margin within the period)."""
+    import importlib
+    bicycle = importlib.import_module("systems.bicycle")   # the package re-exports a function of that name
+    car = get_system("bicycle")
+    assert _hold_failures(bicycle.rounded_turn_away_margin, car, eps=0.25) >= -1e-9
+    monkeypatch.setattr(bicycle, "ROUNDED_RADIUS", 0.05)
+    assert _hold_failures(bicycle.rounded_turn_away_margin, car, eps=0.25) < -1e-4

@@ -8,16 +8,33 @@
   ridge by the same amount however short the period -- so the shipped one is smooth.  The
   condition margin 0.1 buys the feasibility slack the margin needs: at the leftmost point of
   C, L_G h vanishes and only the tilt of the set gives sup_u hdot + h > 0.)
-* ``bicycle``: kinematic bicycle lane keeping, Softplus 4-32-32-1, order 1, certified for a
-  2 ms zero-order hold.  The lane constraint has relative degree 2 (steering reaches p_y only
+* ``bicycle``: kinematic bicycle lane keeping, Softplus 4-32-32-1, order 1, certified closed for
+  a 1 ms zero-order hold.  The lane constraint has relative degree 2 (steering reaches p_y only
   through psi), so a first-order barrier must depend on psi.  It reads (p_y, psi) only
   (input_mask; the exported first layer has exactly-zero p_x and v columns): the dynamics are
   invariant to p_x, and in arclength the condition does not depend on v.  So the filter's
-  margin scales with the speed, eps v / 10 (``margin_scale``; training/margin.py says why), and
-  the trainer asks for the same scaled room (condition margin 0.45 v / 10).  (The paper's
-  network is ReLU; it is kept in models/refuted/: a ReLU barrier cannot pass the sampled-data
-  condition.)  Domain: v in [2, 15] m/s, psi in [-pi/3, pi/3].  The backup rollout holds the
-  acceleration at 0, so positives are states that can be kept in the lane by steering alone.
+  margin scales with the speed, eps v / 10 (``margin_scale``; training/margin.py says why).
+  (The paper's network is ReLU; it is kept in models/refuted/: a ReLU barrier cannot pass the
+  sampled-data condition.)  Domain: v in [2, 15] m/s, psi in [-pi/3, pi/3].  The backup rollout
+  holds the acceleration at 0, so the backup-safe states are those kept in the lane by
+  steering alone.  The network is the float64 Sobolev fit (20,000 steps, no counterexample
+  rounds) of ``label_set`` systems.bicycle:rounded_turn_away_margin: the full-lock turn-away
+  set with walls moved in by 0.045 m + 0.25 m/rad psi (edge slack >= 0.055 v), a heading wall
+  0.03 rad inside the box's psi faces (so the set is closed), and the corners where the lane
+  edges meet the heading wall rounded at 0.5 m.  Certified at eps 0.2 (1 ms): sound share of
+  the backup-safe states 94.1% (92.9% sampled); the counterexample-round barrier it replaces
+  held 73.8% at 2 ms, eps 0.15.  What paid (2026-11-27): the plain-min label set (90.8%) is
+  refuted at any margin where the lane wall meets the heading wall: full steering into the
+  heading wall while the filter reads the lane wall's rising gradient, and h's curvature along
+  that arc (the gradient turns by ~1 per metre over the corner's width) eats eps v / 10 within
+  the hold, which needs eps >= (T / 2) v |h''| (arclength h'').  Rounding the corners bounds
+  |h''| by ~|rate|^2 / r (r is limited to ~0.5 m: next to the heading wall the set is 1 m
+  wide); the fit then is feasible up to eps 0.3 but sampled-data-unsafe up to 0.21 at 2 ms,
+  and at 2 ms, eps 0.27 the certifier found no counterexample but left 156,084 boxes
+  undecided in 900 s.  Halving the period halves the bound's need (the lever that paid): at
+  1 ms the window is wide and eps 0.2 is proven.  (Rounding with r 0.4 and two-way rounding,
+  heading scale 1.5 m/rad, slope 0.2: sampled-data counterexample at eps 0.3, infeasible from
+  0.36; slope 0.2 with scale 2: infeasible from 0.18.)
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
   theta_dot in [-1.25, 1.25] is enforced by the filter as face rows (``faces``), so the claim is
@@ -87,9 +104,10 @@ PRESETS: dict[str, TrainConfig] = {
         system="bicycle", hidden=[32, 32], activation="softplus", order=1, gamma=5.0, input_mask=[1, 2],
         domain_lo=[-10.0, -3.5, -PI / 3, 2.0], domain_hi=[10.0, 3.5, PI / 3, 15.0],
         backup_horizon=3.0, backup_dt=0.01, backup_hold=[0], label_lost=True, safe_fraction=0.1,
-        condition_margin=0.45, margin_scale=[0.0, 0.0, 0.0, 0.0, 0.1],
-        w_condition=5.0, rounds=60, max_time=400.0, seed=0, dt_control=0.002,
-        faces={"v": {"gamma": 1.0, "margin": 0.3}}, filter_margin=0.15),
+        label_set="systems.bicycle:rounded_turn_away_margin", warm_start_steps=20_000,
+        condition_margin=0.3, margin_scale=[0.0, 0.0, 0.0, 0.0, 0.1],
+        w_condition=5.0, rounds=0, max_time=400.0, seed=0, dt_control=0.001,
+        faces={"v": {"gamma": 1.0, "margin": 0.3}}, filter_margin=0.2),
     "pendulum": TrainConfig(
         system="inverted_pendulum", hidden=[32, 32], activation="softplus", order=2, alpha1=2.0, alpha2=40.0,
         input_mask=[0], domain_lo=[-PI / 2, -1.25], domain_hi=[PI / 2, 1.25],
