@@ -70,7 +70,7 @@ def test_an_autonomous_plant_trains_certifies_and_simulates(trained, tmp_path, c
     from training.model_card import load_card
     # the coverage refinement runs after the verdict and does not change it: a smaller budget
     # only shortens the test (tests/test_certify_parallel.py does the same)
-    monkeypatch.setattr(api, "refine_inside", functools.partial(refine_inside, budget=4000))
+    monkeypatch.setattr(api, "refine_inside", functools.partial(refine_inside, budget=500))
     card = load_card(trained / "model.json")
     assert card.input_names == [] and card.u_min == [] and card.u_max == []
     for kwargs in ({"dt": 0.0}, {"condition": "boundary"}, {"dt": 0.01}):
