@@ -192,6 +192,17 @@ Exit status: 0 certified,
 
 DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
 DEFAULT_MAX_BOXES = 2_000_000    # = training.certify.api.DEFAULT_MAX_BOXES (a test keeps the two equal)
+AUTO_POOL_AFTER = 20_000         # = training.certify.shards.AUTO_POOL_AFTER (a test keeps the two equal)
+
+
+def workers_count(text: str) -> int | str:
+    """``--workers``: a whole number >= 1, or 'auto'."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        return positive_int(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1 or 'auto', got {text!r}") from None
 
 
 def _certify_parser() -> argparse.ArgumentParser:
@@ -252,9 +263,10 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-boxes", type=positive_int, default=DEFAULT_MAX_BOXES,
                         help="boxes evaluated before giving up with a verdict of not certified; raise it when "
                              "boxes stay undecided")
-    parser.add_argument("--workers", type=positive_int, default=1,
-                        help="processes on this machine to evaluate the boxes on; the certificate is the same for "
-                             "any count, only the wall time changes (default: 1, this process)")
+    parser.add_argument("--workers", type=workers_count, default="auto",
+                        help="processes on this machine to evaluate the boxes on, or 'auto'; the certificate is the "
+                             "same for any count, only the wall time changes (default: auto: this process, then one "
+                             f"process per core once the search has evaluated {AUTO_POOL_AFTER:,} boxes)")
     parser.add_argument("--scheduler", default=None,
                         help="address of an existing Dask scheduler, tcp://HOST:PORT, to evaluate the boxes on its "
                              "workers instead; the certificate is the same; not with --workers (default: none, the "

@@ -141,6 +141,32 @@ def test_a_lost_dask_worker_task_loses_no_box(problem, serial_search, tmp_path):
     assert state == serial_search
 
 
+def test_auto_workers_start_a_pool_mid_search_and_change_no_number(problem, serial_search):
+    """``--workers auto`` (the command line's default): this process first, a pool of 2 once
+    300 boxes are done; the search ends exactly as the serial one."""
+    from training.certify.branch import search
+    from training.certify.shards import Growing
+    p, eps = problem
+    runner = Growing(p, 2, after=300)
+    try:
+        state = _search_state(search(p, eps, float("inf"), max_boxes=LOST_WORKER_BOXES, runner=runner))
+        assert runner.pool is not None and runner.boxes > 300
+    finally:
+        runner.close()
+    assert state == serial_search
+
+
+def test_the_command_line_defaults_to_auto_workers_and_quotes_the_same_threshold():
+    from cbfsim import cli
+    from training.certify import shards
+    assert cli.AUTO_POOL_AFTER == shards.AUTO_POOL_AFTER
+    args = cli._certify_parser().parse_args([str(MODEL), str(CARD)])
+    assert args.workers == "auto"
+    helped = " ".join(cli._certify_parser().format_help().split())
+    assert f"(default: auto: this process, then one process per core once the search has evaluated " \
+           f"{shards.AUTO_POOL_AFTER:,} boxes)" in helped
+
+
 def test_budget_stop_is_the_same_whatever_the_workers(problem):
     """A search cut by the box budget (not by the clock) is deterministic too: the same boxes
     are left undecided, listed in the same order, with 1 worker, 2 processes and a spilled queue."""

@@ -31,7 +31,7 @@ DEFAULT_MAX_BOXES = 2_000_000     # `cbfsim certify --max-boxes` default (a test
 def certify(model: Any, card: Any = None, *, dt: float | None = None,
             time_limit: float | None = DEFAULT_TIME_LIMIT, margin: float | None = None,
             max_boxes: int = DEFAULT_MAX_BOXES, min_width: float = 2.0 ** -30, progress: bool = False,
-            start_margin: float | None = None, condition: str = "filter", workers: int = 1,
+            start_margin: float | None = None, condition: str = "filter", workers: int | str = 1,
             scheduler: str | None = None, spill_at: int | None = None, **problem_args: Any) -> Certificate:
     """Prove (or refute) the barrier in ``model`` (ONNX path; None: beside the card) for ``card``.
 
@@ -57,9 +57,11 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     "in-domain") and ``command`` (the command line the replay commands extend; see
     ``build_problem``).
 
-    ``workers``: processes the search's boxes are evaluated on (1: this one); ``scheduler``: the
+    ``workers``: processes the search's boxes are evaluated on (1: this one; "auto", the
+    command line's default: this one, then one per core once the search has evaluated
+    ``shards.AUTO_POOL_AFTER`` boxes); ``scheduler``: the
     address of an existing Dask cluster to evaluate them on instead (``shards.py``).  Neither
-    changes the certificate, only the wall time (``workers`` > 1 spawns processes: a script that
+    changes the certificate, only the wall time (``workers`` > 1 or "auto" spawns processes: a script that
     calls this needs the ``if __name__ == "__main__":`` guard).  ``spill_at``: open boxes held in memory before
     the rest is spilled to temporary files (None: about 1 GiB's worth; ``queue.py``)."""
     started = time.monotonic()

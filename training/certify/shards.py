@@ -25,6 +25,8 @@ from .problem import CertifyError, Problem
 
 MAX_TRIES = 4
 CONNECT_TIMEOUT_S = 10
+AUTO = "auto"                     # --workers auto: see Growing
+AUTO_POOL_AFTER = 20_000          # boxes evaluated in this process before ``auto`` starts its pool
 Chunk = tuple[np.ndarray, np.ndarray]
 
 _PROBLEMS: dict[str, Problem] = {}       # per worker process: key -> the unpickled problem
@@ -189,14 +191,47 @@ class Dask(_Retrying):
         self.client.close()
 
 
-def make_runner(problem: Problem, workers: int = 1, scheduler: str | None = None, fault: str | None = None):
-    """The runner for ``--workers N`` (1: this process) or ``--scheduler ADDRESS`` (Dask)."""
-    if not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
-        raise CertifyError(f"--workers must be a whole number >= 1, got {workers!r}")
+class Growing:
+    """``--workers auto``: this process while the search is small, then one spawned process per
+    core once it has evaluated ``after`` boxes (a pool takes seconds to start, which a search of a
+    few thousand boxes never pays back).  The rounds' chunks do not depend on the runner, so
+    switching runners mid-search changes no number."""
+
+    def __init__(self, problem: Problem, workers: int, after: int = AUTO_POOL_AFTER):
+        self.problem, self.workers, self.after = problem, workers, after
+        self.local, self.pool, self.boxes = InProcess(problem), None, 0
+
+    def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
+        if self.pool is None and self.boxes >= self.after:
+            self.pool = Processes(self.problem, self.workers)
+        self.boxes += sum(len(lo) for lo, _ in chunks)
+        return (self.pool or self.local).map(eps, chunks, task)
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.close()
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:                  # not Linux
+        return os.cpu_count() or 1
+
+
+def make_runner(problem: Problem, workers: int | str = 1, scheduler: str | None = None, fault: str | None = None):
+    """The runner for ``--workers N`` (1: this process), ``--workers auto`` (``Growing``) or
+    ``--scheduler ADDRESS`` (Dask)."""
+    if workers != AUTO and not (isinstance(workers, int) and not isinstance(workers, bool) and workers >= 1):
+        raise CertifyError(f"--workers must be a whole number >= 1 or 'auto', got {workers!r}")
     if scheduler is not None:
-        if workers != 1:
+        if workers not in (1, AUTO):
             raise CertifyError("--workers and --scheduler exclude each other: the Dask cluster has its own workers")
         return Dask(problem, scheduler, fault)
+    if workers == AUTO:
+        cores = available_cores()
+        return InProcess(problem, fault) if cores == 1 else Growing(problem, cores)
     if workers == 1:
         return InProcess(problem, fault)
     return Processes(problem, workers, fault)
