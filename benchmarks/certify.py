@@ -13,9 +13,9 @@ The Dubins car's search needs about 1,260 s on 2 workers (2026-11-27), past the 
 limit, so its row reads 'not certified' here; its shipped certificate came from
 `cbfsim certify ... --workers 2 --time-limit 1800`.
 
-    python benchmarks/certify.py                 # about 12 minutes: the Dubins car stops at 600 s
+    python benchmarks/certify.py                 # about 17 minutes: the Dubins car stops at 600 s
     python benchmarks/certify.py --only vdp --out results/certify.md
-    python benchmarks/certify.py --only vdp --only pendulum --only bicycle --workers 2   # about 2 minutes
+    python benchmarks/certify.py --only vdp --only pendulum --only bicycle   # about 7 minutes (bicycle 345 s)
 """
 from __future__ import annotations
 
