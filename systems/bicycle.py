@@ -102,7 +102,6 @@ def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
     return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py), heading])
 
 
-
 ROUNDED_SLOPE = 0.25          # rounded_turn_away_margin: the side wall's inward shift per radian heading [m/rad]
 ROUNDED_CLEARANCE = 0.045     # ... its clearance off the lane edge at psi = 0 [m]
 ROUNDED_LANE_CLEARANCE = 0.03  # ... the lane wall's (heading away; 0.015 less, so that wall binds only past
