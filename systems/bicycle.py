@@ -90,13 +90,11 @@ def turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
     the heading back at v tan(delta_max) / l_w); the slack on the whole edge is >= 0.038 v with
     the defaults (tests/test_training.py)."""
     p = system.params
-    rho = p.l_w / math.tan(p.delta_max)
     x = np.asarray(x, dtype=np.float64)
     py, psi = x[..., 1], x[..., 2]
 
     def inner(toward: np.ndarray, side: np.ndarray) -> np.ndarray:   # side: +p_y or -p_y
-        bend = np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)
-        return p.w - TURN_AWAY_CLEARANCE - side - bend - TURN_AWAY_SLOPE * np.sin(toward)
+        return p.w - TURN_AWAY_CLEARANCE - side - _full_lock_bend(p, toward) - TURN_AWAY_SLOPE * np.sin(toward)
     lane = p.w - LANE_CLEARANCE
     heading = math.pi / 3 - HEADING_CLEARANCE - np.abs(psi)     # off the box's psi faces: the set stays closed
     return np.minimum.reduce([lane - py, lane + py, inner(psi, py), inner(-psi, -py), heading])
@@ -129,21 +127,21 @@ def rounded_turn_away_margin(system: Bicycle, x: np.ndarray) -> np.ndarray:
     where the set is narrow (next to the heading wall); the set loses nothing there while
     it is wider than r."""
     p = system.params
-    return _rounded(system, x, ROUNDED_SLOPE, ROUNDED_CLEARANCE, p.w - ROUNDED_LANE_CLEARANCE,
-                    ROUNDED_HEADING_SCALE * (math.pi / 3 - ROUNDED_HEADING_CLEARANCE), ROUNDED_HEADING_SCALE,
-                    ROUNDED_RADIUS)
-
-
-def _rounded(system: Bicycle, x: np.ndarray, slope: float, clearance: float, lane: float, heading: float,
-             heading_scale: float, r: float) -> np.ndarray:
-    p = system.params
-    rho = p.l_w / math.tan(p.delta_max)
     x = np.asarray(x, dtype=np.float64)
     py, psi = x[..., 1], x[..., 2]
+    lane, r = p.w - ROUNDED_LANE_CLEARANCE, ROUNDED_RADIUS
+    heading = ROUNDED_HEADING_SCALE * (math.pi / 3 - ROUNDED_HEADING_CLEARANCE - np.abs(psi))
 
     def edge(toward: np.ndarray, side: np.ndarray) -> np.ndarray:   # side: +p_y or -p_y
-        bend = np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)
-        return np.minimum(lane - side, p.w - clearance - side - bend - slope * toward)
+        turn_away = p.w - ROUNDED_CLEARANCE - side - _full_lock_bend(p, toward) - ROUNDED_SLOPE * toward
+        return np.minimum(lane - side, turn_away)
 
-    below = [np.maximum(r - m, 0.0) for m in (edge(psi, py), edge(-psi, -py), heading - heading_scale * np.abs(psi))]
+    below = [np.maximum(r - m, 0.0) for m in (edge(psi, py), edge(-psi, -py), heading)]
     return r - np.sqrt(below[0] ** 2 + below[1] ** 2 + below[2] ** 2)
+
+
+def _full_lock_bend(p: BicycleParams, toward: np.ndarray) -> np.ndarray:
+    """rho (1 - cos psi)^+: how far full lock away still carries the car toward the edge it heads
+    to (rho = l_w / tan(delta_max), the turning radius); 0 when it heads away."""
+    rho = p.l_w / math.tan(p.delta_max)
+    return np.where(toward > 0, rho * (1.0 - np.cos(toward)), 0.0)

@@ -376,12 +376,7 @@ def test_the_bicycle_turn_away_set_lies_in_the_lane_and_every_edge_state_can_rai
     assert np.all(np.abs(x[m >= 0, 1]) <= car.params.w - 0.05 + 1e-12)
     edge = x[np.abs(m) < 1e-3]
     assert len(edge) > 100
-    best = np.full(len(edge), -np.inf)
-    for a in (car.u_min[0], car.u_max[0]):
-        for steer in (car.u_min[1], car.u_max[1]):
-            F = car.f(edge) + np.einsum("bij,j->bi", car.G(edge), np.array([a, steer]))
-            rate = (turn_away_margin(car, edge + 1e-7 * F) - turn_away_margin(car, edge - 1e-7 * F)) / 2e-7
-            best = np.maximum(best, rate)
+    best = _edge_rates(turn_away_margin, car, edge)
     assert np.min(best / edge[:, 3]) >= 0.035, np.min(best / edge[:, 3])
 
 
