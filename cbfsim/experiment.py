@@ -232,7 +232,7 @@ def run_experiment(spec: ExperimentSpec, out_dir: Path, runs: int | None = None,
                    **portrait)
     x0_text = ", ".join(f"{name} = {v:g}" for name, v in zip(system.state_names, showcase_x0[0]))
     time_series(fig_dir / "showcase_time_series.png", showcase,
-                title=f"{spec.title}: one run from {x0_text} (OSQP filter)")
+                title=f"{spec.title}\none run from {x0_text} (OSQP filter)")
     showcase.save(fig_dir / "showcase.npz")
     # each run's fate (completed, left_set, faulted: cbfsim/fate.py); a faulted run is a violation
     summary["fates_filtered"], summary["fates_nominal"] = _fate_counts(filtered, showcase), _fate_counts(nominal)
