@@ -107,6 +107,9 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
     starts = list(args.x0 or []) + (read_starts(args.x0_file) if args.x0_file is not None else [])
     card = load_card(args.card)
+    if card.onnx_path(args.card).is_file():     # a file that is no model fails before the plant is built
+        from compiler.onnx_graph import load_model
+        load_model(card.onnx_path(args.card))
     from systems import get_system
     system = get_system(card.system, **card.system_params)
     for k, start in enumerate(starts):

@@ -298,6 +298,12 @@ def _print_verification(v: dict | None) -> None:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    # a bad card, then a file that is no model, fail before the plant's and the sampler's imports
+    from .model_card import load_card
+    load_card(args.card)
+    if Path(args.model).is_file():
+        from compiler.onnx_graph import load_model
+        load_model(args.model)
     from .verify import DEFAULT_SEED, verify
     report = verify(args.model, args.card, samples=args.samples, grid=args.grid,
                     seed=DEFAULT_SEED if args.seed is None else args.seed)
