@@ -4,6 +4,7 @@ unwrapped run (equal modulo the period)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from types import SimpleNamespace
 
@@ -110,10 +111,16 @@ def test_a_constraint_that_does_not_repeat_with_the_period_is_refused():
 
 # ----------------------------------------------------------------------------- wrap
 
+@functools.lru_cache(maxsize=None)
+def _dubins():
+    """One Dubins car for the 300 examples below (building the plant costs 18 ms; wrap is pure)."""
+    return systems.dubins()
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.floats(-1e6, 1e6, allow_nan=False))
 def test_wrap_puts_the_heading_in_one_period_and_keeps_it_modulo_the_period(theta):
-    car = systems.dubins()
+    car = _dubins()
     x = np.array([0.25, -1.5, theta])
     w = car.wrap(x)
     assert -math.pi <= w[2] < math.pi
