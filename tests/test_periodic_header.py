@@ -247,29 +247,33 @@ def test_sincos_equals_sin_and_cos_and_is_within_one_ulp_on_a_dense_sample(cxx, 
         assert np.max(np.abs(got.astype(np.float64) - ref) / ulp) <= 1.0
 
 
-@pytest.mark.parametrize("act", ["softplus", "tanh"])
-def test_float32_header_lies_in_the_float32_enclosure(act):
+@pytest.mark.parametrize("act, hidden", [("softplus", (16, 16)), ("tanh", (8, 8, 8))])
+def test_float32_header_lies_in_the_float32_enclosure(act, hidden):
     """enclose(float32=True) on point boxes contains what the float32 header computes: h, the
     gradient (L_G h with G = I) and the Hessian (L_G L_f h with f = e_p, G = I, f' = 0), also
-    at |theta| ~ 1e3 where the argument's rounding dominates."""
+    at |theta| ~ 1e3 where the argument's rounding dominates. The networks and the 2-input float32
+    libraries of test_compiled_lie_terms_equal_torch_autograd_with_an_embedding (from the build
+    cache): G = I is passed as its two 4 x 2 column blocks."""
     from compiler.bounds import enclose
     from compiler.interval import Interval
     from compiler.passes import canonicalize
     from compiler.frontend_torch import load_torch
-    n = 4
-    net = barrier(n, PERIODS, act=act, hidden=(16, 16), seed=8)
+    n, m = 4, 2
+    net = barrier(n, PERIODS, act=act, hidden=hidden, seed=len(hidden))
     model = canonicalize(load_torch(net))
     x = _f32(states(n, [0, 3], count=48, seed=9))[0]
     jets = enclose(model, Interval(x, x), order=2, float32=True)
-    lib = compile_barrier(net, inputs=n, order=2, dtype="float")
-    eye = np.broadcast_to(np.eye(n), (len(x), n, n))
+    lib = compile_barrier(net, inputs=m, order=2, dtype="float")
+    eye = np.eye(n)
     zero = np.zeros((len(x), n))
     for p in range(n):
         fp = np.zeros((len(x), n))
         fp[:, p] = 1.0
-        h, lf, grad, _, hrow = lib.lie2(x, fp, eye, zero, np.zeros((len(x), n, n)))
-        assert np.all((jets.h.lo <= h) & (h <= jets.h.hi))
-        assert np.all((jets.grad.lo <= grad) & (grad <= jets.grad.hi))
-        assert np.all((jets.hess.lo[:, p, :] <= hrow) & (hrow <= jets.hess.hi[:, p, :]))
+        for cols in (slice(0, m), slice(m, n)):
+            G = np.broadcast_to(eye[:, cols], (len(x), n, m))
+            h, lf, grad, _, hrow = lib.lie2(x, fp, G, zero, np.zeros((len(x), n, m)))
+            assert np.all((jets.h.lo <= h) & (h <= jets.h.hi))
+            assert np.all((jets.grad.lo[:, cols] <= grad) & (grad <= jets.grad.hi[:, cols]))
+            assert np.all((jets.hess.lo[:, p, cols] <= hrow) & (hrow <= jets.hess.hi[:, p, cols]))
     small = np.all(np.abs(x) <= 10, axis=1)      # the bound is not vacuous where a wrapped state lives
     assert small.sum() > 10 and np.max(jets.rounding.h[small]) < 2e-5
