@@ -23,6 +23,30 @@ def literal(value: float, scalar: str) -> str:
     return text + ("f" if scalar == "float" else "")
 
 
+def array_literal(values, scalar: str, per_line: int = 8) -> str:
+    """A C++ brace list of ``literal`` of every value, ``per_line`` to a line. The weights are
+    most of a header's text: the float32 rounding is done once for the whole array and the
+    formatting on Python floats (the same text as ``literal``, a third of its time)."""
+    import numpy as np
+    exact = np.asarray(values, dtype=np.float64).ravel()
+    if scalar == "float":
+        with np.errstate(over="ignore"):        # out of float32 range: inf, refused below as literal() does
+            rounded = exact.astype(np.float32).astype(np.float64).tolist()
+        form, suffix = "%.9g", "f"
+    else:
+        rounded, form, suffix = exact.tolist(), "%.17g", ""
+    items = []
+    for k, v in enumerate(rounded):
+        text = form % v
+        if "." not in text and "e" not in text and "n" not in text:
+            text += ".0"
+        if text in ("inf", "-inf", "nan"):
+            raise UnsupportedOpError(f"cannot print non-finite constant {exact[k]}")
+        items.append(text + suffix)
+    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
+    return "{\n    " + ",\n    ".join(rows) + "}"
+
+
 def sel(cond: str, a: str, b: str) -> str:
     """C++ for ``cond ? a : b`` through mx_select (no branch where loops should vectorize)."""
     return f"mx_select({cond}, {a}, {b})"

@@ -17,6 +17,7 @@ import numpy as np
 from . import __version__
 from .cost import LAYOUTS, CostReport, channels_for, cost_report, embedded_span, workspace_span
 from .cpp_activations import activation_body, literal, math_functions
+from .cpp_snippets import array_literal
 from .cppmath import MATH_FUNCTIONS, math_source
 from .emit_periodic import tables as periodic_tables
 from .errors import OptionError
@@ -75,12 +76,6 @@ def _whole(value: object) -> bool:
     """An integer that is not a bool (True would become m = 1 without a word)."""
     import numbers
     return isinstance(value, numbers.Integral) and not isinstance(value, (bool, np.bool_))
-
-
-def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
-    items = [literal(v, scalar) for v in np.asarray(values, dtype=np.float64).ravel()]
-    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
-    return "{\n    " + ",\n    ".join(rows) + "}"
 
 
 KERNEL_MARKER = "// ---- kernel text: the emitter inlines everything below this line into the generated header ----\n"
@@ -313,8 +308,9 @@ def _weights(model: Model, scalar: str) -> list[str]:
     out = []
     for i, layer in enumerate(model.dense_layers(), start=1):
         out.append(f"// layer {i}: {layer.out_dim} x {layer.in_dim}, stored column-major (kW{i}[k*{layer.out_dim} + j] = W[j][k])")
-        out.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
-        out.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
+        weights, biases = array_literal(layer.weight.T, scalar), array_literal(layer.bias, scalar)
+        out.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {weights};")
+        out.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {biases};")
     return out
 
 

@@ -54,6 +54,7 @@ import numpy as np
 from . import __version__
 from .cost import SINCOS_FLOPS, cost_report
 from .cpp_activations import activation_body, literal
+from .cpp_snippets import array_literal
 from .cppmath import math_source
 from .emit_cpp import input_check, kernel
 from .emit_periodic import tables as periodic_tables
@@ -87,12 +88,6 @@ def reverse_flops(widths: list[int], c_sigma: list[int], m: int, order: int = 1,
     if order == 1:
         return c_ad + (m + 1) * (2 * n - 1)
     return 3 * c_ad + (m + 1) * (2 * n - 1) + 4 * n + 2 * n + 3 + (m + 1) * (4 * n - 1)
-
-
-def _array(values: np.ndarray, scalar: str, per_line: int = 8) -> str:
-    items = [literal(v, scalar) for v in np.asarray(values, dtype=np.float64).ravel()]
-    rows = [", ".join(items[i:i + per_line]) for i in range(0, len(items), per_line)]
-    return "{\n    " + ",\n    ".join(rows) + "}"
 
 
 _TEMPLATES = r"""
@@ -276,8 +271,9 @@ def emit_reverse_header(model, inputs: int, style: str = "heap", scalar: str = "
     for i, layer in enumerate(dense, start=1):
         out.append(f"// layer {i}: {layer.out_dim} x {layer.in_dim}, stored column-major "
                    f"(kW{i}[k*{layer.out_dim} + j] = W[j][k])")
-        out.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {_array(layer.weight.T, scalar)};")
-        out.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {_array(layer.bias, scalar)};")
+        weights, biases = array_literal(layer.weight.T, scalar), array_literal(layer.bias, scalar)
+        out.append(f"constexpr scalar kW{i}[{layer.in_dim * layer.out_dim}] = {weights};")
+        out.append(f"constexpr scalar kB{i}[{layer.out_dim}] = {biases};")
     if not heap and hidden:
         out.append("")
         out.append("// the activation cache: sigma'(a_i) of every hidden layer, live from the forward to the backward pass")
