@@ -239,7 +239,8 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
     value = np.maximum(value, _level_route(problem, t32, idx, t64, eps, plant.f[idx]))
     if not (problem.order == 1 and problem.smooth):
-        weak = np.flatnonzero(reach.ok & ~stays & np.isfinite(value) & (value < 0))
+        grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
+        weak = np.flatnonzero(reach.ok & ~stays & grown & np.isfinite(value) & (value < 0))
         if len(weak):
             value[weak] = _slab_routes(problem, t32, idx[weak], R[weak], a32[idx][weak], b32.hi[idx][weak],
                                        eps[weak], value[weak], plant.f[idx[weak]])
@@ -354,6 +355,8 @@ def tube_grid(R: Interval, cuts: np.ndarray) -> Interval:
     return Interval(lo.reshape(-1, n), hi.reshape(-1, n), check=False)
 
 
+TUBE_GROWN = 2.0       # a tube gets a grid only where the period widens the box this much along an edge: on a
+#                        wider box, halving the box tightens both enclosures at once and costs less
 TUBE_PIECES_MAX = 64   # the most pieces a tube whose rate bounds fail is cut into (a grid, powers of two per edge)
 
 
