@@ -237,7 +237,13 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
         value, u, stays = _sampled_taylor(problem, sub, R, a32[idx], b32[idx], t32, plant, idx, eps)
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
-    value = np.maximum(value, _level_route(problem, t32, idx, t64, eps))
+    value = np.maximum(value, _level_route(problem, t32, idx, t64, eps, plant.f[idx]))
+    if not (problem.order == 1 and problem.smooth):
+        grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
+        weak = np.flatnonzero(reach.ok & ~stays & grown & np.isfinite(value) & (value < 0))
+        if len(weak):
+            value[weak] = _slab_routes(problem, t32, idx[weak], R[weak], a32[idx][weak], b32.hi[idx][weak],
+                                       eps[weak], value[weak], plant.f[idx[weak]])
     value = np.where(stays, np.inf, value)
     for face in problem.faces:
         value = np.minimum(value, _face_sampled(problem, face, plant, sub, R, idx))
@@ -298,8 +304,10 @@ def _face_sampled(problem: Problem, face, plant: PlantTerms, box: Interval, R: I
     return np.where(c_min > 0, np.inf, worst.value)
 
 
-def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray) -> np.ndarray:
-    """The level-drop bound (``sampled.level_drop``) for the boxes ``idx`` and their tubes' terms."""
+def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray,
+                 f: Interval) -> np.ndarray:
+    """The level-drop bound (``sampled.level_drop``) for the boxes ``idx`` and their tubes' terms
+    (``f``: the plant's drift over the boxes ``idx``, for the level's rounding bound)."""
     g = problem.gains
     if problem.order == 1:
         parts32 = (t32.h[idx], t32.Lf[idx], t32.LG[idx])
@@ -307,7 +315,109 @@ def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps:
     else:
         parts32 = (t32.psi1[idx], (t32.L2 + g["alpha1"] * t32.Lf)[idx], t32.LGLf[idx])
         q64, a64, gain = t64.L2 + g["alpha1"] * t64.Lf, t64.LGLf, g["alpha2"]
-    return level_drop(*parts32, q64, a64, gain, eps, problem.dt, problem.u_lo, problem.u_hi)
+    return level_drop(*parts32, q64, a64, gain, eps, problem.dt, problem.u_lo, problem.u_hi,
+                      level_error=_level_rounding(problem, t32, idx, f))
+
+
+def _level_rounding(problem: Problem, t32: Terms, idx: np.ndarray, f: Interval) -> np.ndarray | None:
+    """A bound on |l~ - l| at each state of the boxes ``idx``: the filter's float32 level against
+    the real one (order 1: h, the header's bound e_h; order 2: psi1 = L_f h + alpha1 h, with
+    L_f h the header's directional derivative seeded with float32 f, so sum_i e_grad,i |f_i|
+    + 2^-23 sum_i |grad h_i| |f_i| (the seeds' rounding) + alpha1 e_h, and 2^-22 of the
+    magnitudes for the sum's own rounding).  None without the header's rounding bounds."""
+    r = t32.rounding
+    if r is None:
+        return None
+    e_h = np.asarray(r.h, dtype=float)[idx]
+    if problem.order == 1:
+        return e_h
+    if r.grad is None:
+        return None
+    mag = lambda iv: np.maximum(np.abs(iv.lo), np.abs(iv.hi))      # noqa: E731
+    fmag = mag(f)
+    alpha1 = problem.gains["alpha1"]
+    e_lf = (np.asarray(r.grad, dtype=float)[idx] * fmag).sum(-1) + 2.0 ** -23 * (mag(t32.grad[idx]) * fmag).sum(-1)
+    return e_lf + alpha1 * e_h + 2.0 ** -22 * (mag(t32.Lf[idx]) + alpha1 * mag(t32.h[idx]))
+
+
+def tube_grid(R: Interval, cuts: np.ndarray) -> Interval:
+    """Each tube (B, n) cut into a grid of ``cuts`` (B, n) pieces per edge (each row's product
+    the same K), (B * K, n) box-major.  The pieces cover the tube exactly: neighbours share the
+    same computed cut, the first starts at lo and the last ends at hi."""
+    batch, n = R.shape
+    k = int(np.prod(cuts[0]))
+    stride = np.cumprod(np.concatenate([np.ones((batch, 1), int), cuts[:, :-1]], axis=1), axis=1)
+    digit = (np.arange(k)[None, :, None] // stride[:, None, :]) % cuts[:, None, :]          # (B, K, n)
+    lo3, width = R.lo[:, None, :], (R.hi - R.lo)[:, None, :]
+    c3 = cuts[:, None, :]
+    lo = np.where(digit == 0, lo3, lo3 + width * (digit / c3))
+    hi = np.where(digit == c3 - 1, R.hi[:, None, :], lo3 + width * ((digit + 1) / c3))
+    return Interval(lo.reshape(-1, n), hi.reshape(-1, n), check=False)
+
+
+TUBE_GROWN = 2.0       # a tube gets a grid only where the period widens the box this much along an edge: on a
+#                        wider box, halving the box tightens both enclosures at once and costs less
+TUBE_PIECES_MAX = 64   # the most pieces a tube whose rate bounds fail is cut into (a grid, powers of two per edge)
+
+
+def _slab_routes(problem: Problem, t32: Terms, idx: np.ndarray, R: Interval, a32: Interval, b32_hi: np.ndarray,
+                 eps: np.ndarray, whole: np.ndarray, f: Interval) -> np.ndarray:
+    """The rate and level-drop bounds again with the tube's terms taken over a grid of pieces of
+    it (``whole``: the bound over the whole tube).  Both bounds fall as the tube's enclosure of
+    the row widens, and a network's interval enclosure widens with the box far more than the
+    row varies along one period (the pendulum's edge: drift 6.7 over the tube, 0.8 over a
+    16 x 4 grid), so the least over the pieces is much tighter.  Both bounds are monotone in
+    the enclosure, so the least over the pieces bounds their union, the tube.
+
+    The grid is measured, not guessed: the tube is halved along each edge in turn, and the
+    excess each halving removed (about half that edge's share, since an enclosure's excess
+    falls about as 1/cuts) says where cuts pay and how many the bound needs.  A tube gets a grid
+    only where cutting could bring the bound to 0 within ``TUBE_PIECES_MAX`` pieces; elsewhere
+    the state box is split, as before."""
+    batch, n = R.shape
+
+    def bound(pieces: Interval, rows: np.ndarray, k: int) -> np.ndarray:
+        t64 = lie_terms(problem.model, plant_terms(problem.plant, pieces, problem.order), pieces, problem.order,
+                        problem.gains, float32=False)
+        rep = np.repeat(rows, k)
+        rate, _, _ = _sampled_tube(problem, t64, a32[rep], b32_hi[rep], eps[rep])
+        level = _level_route(problem, t32, idx[rep], t64, eps[rep], f[rep])
+        return np.maximum(rate.reshape(-1, k).min(axis=1), level.reshape(-1, k).min(axis=1))
+
+    rows = np.arange(batch)
+    best = whole.copy()
+    share = np.zeros((batch, n))
+    for d in np.flatnonzero(problem.splittable):
+        cuts = np.ones((batch, n), dtype=int)
+        cuts[:, d] = 2
+        halves = bound(tube_grid(R, cuts), rows, 2)
+        best = np.maximum(best, halves)
+        with np.errstate(invalid="ignore"):
+            share[:, d] = 2.0 * np.nan_to_num(halves - whole, nan=0.0, posinf=0.0, neginf=0.0).clip(min=0.0)
+    cuts = _grid_cuts(whole, share, TUBE_PIECES_MAX)
+    pieces = np.prod(cuts, axis=1)
+    for k in np.unique(pieces[pieces > 2]):
+        group = np.flatnonzero(pieces == k)
+        best[group] = np.maximum(best[group], bound(tube_grid(R[group], cuts[group]), group, int(k)))
+    return best
+
+
+def _grid_cuts(whole: np.ndarray, share: np.ndarray, most: int) -> np.ndarray:
+    """Cuts per edge (B, n), powers of two: doubled along the edge with the largest share of the
+    excess left (``share``: each edge's share at one cut) while the bound predicted with twice
+    the excess left is < 0, at most ``most`` pieces; 1 everywhere for a box that no grid could
+    bring to 0 (its bound with no excess is < 0)."""
+    cuts = np.ones(share.shape, dtype=int)
+    rows = np.arange(len(share))
+    ceiling = whole + share.sum(axis=1)                   # the bound with no excess left
+    for _ in range(int(round(np.log2(most)))):
+        left = (share / cuts).sum(axis=1)
+        go = np.isfinite(ceiling) & (ceiling > 0) & (ceiling - 2.0 * left < 0)
+        if not go.any():
+            break
+        d = np.argmax(share / cuts, axis=1)
+        cuts[rows[go], d[go]] *= 2
+    return cuts
 
 
 def _sampled_tube(problem: Problem, t64: Terms, a32: Interval, b32_hi: np.ndarray, eps: np.ndarray):

@@ -71,8 +71,34 @@ def plant_terms(plant: Any, box: Interval, order: int, with_input_jacobian: bool
 
 
 def _enclose(model: Any, box: Interval, order: int, float32: bool):
+    """The network's jets over each box, computed once per distinct box of the coordinates the
+    network reads: boxes that differ only where its first-layer weights are 0 (the pendulum's
+    theta_dot; the pieces of one tube cut along such a coordinate) have the same jets, since a
+    zero column contributes exactly 0 to every enclosure and rounding bound.  (The batch's size
+    may move a bound by an ulp through BLAS's summation order; each is a rigorous enclosure.)"""
     from compiler.bounds import enclose
-    return enclose(model, box, order=order, float32=float32)
+    read = model.reads_state()
+    if read.all() or len(box.lo) < 2:
+        return enclose(model, box, order=order, float32=float32)
+    keys = np.concatenate([box.lo[:, read], box.hi[:, read]], axis=1)
+    _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
+    if len(first) == len(keys):
+        return enclose(model, box, order=order, float32=float32)
+    return _take(enclose(model, box[first], order=order, float32=float32), inverse.reshape(-1))
+
+
+def _take(jets: Any, rows: np.ndarray) -> Any:
+    """The jets of the boxes ``rows`` (indices into the batch): every per-box field."""
+    from dataclasses import fields, is_dataclass, replace
+    def pick(value: Any) -> Any:
+        if isinstance(value, Interval):
+            return value[rows]
+        if isinstance(value, np.ndarray) and value.ndim >= 1:
+            return value[rows]
+        if is_dataclass(value):
+            return replace(value, **{f.name: pick(getattr(value, f.name)) for f in fields(value)})
+        return value
+    return pick(jets)
 
 
 def row_rate_slices(model: Any, plant: PlantTerms, box: Interval, slices: list[tuple[np.ndarray, np.ndarray]]
