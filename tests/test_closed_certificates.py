@@ -243,8 +243,9 @@ def test_a_certificate_for_another_model_or_period_is_never_applied_silently(tmp
     assert claim.holds and [f.label for f in claim.faces] == [
         "theta_dot <= 1.25", "theta_dot >= -1.25"]
     assert [f.kind for f in claim.settings_findings(0.01)] == ["period_not_certified"]
-    assert [f.kind for f in claim.settings_findings(0.005, 0.5)] == ["margin_below_certified"]
-    assert claim.settings_findings(0.005, 1.0) == []
+    certified = json.loads((MODELS / "pendulum.cert.json").read_text())["margin"]
+    assert [f.kind for f in claim.settings_findings(0.005, 0.5 * certified)] == ["margin_below_certified"]
+    assert claim.settings_findings(0.005, certified) == []
     assert [f.kind for f in claim.domain_findings(np.array([[0.1, 2.0], [0.0, 0.0]]))] == ["x0_outside_domain"]
 
 
