@@ -38,17 +38,18 @@
 * ``pendulum``: inverted pendulum, Softplus 1-32-32-1 on theta alone (exported 2-32-32-1 with
   a zero theta_dot column, so L_G h == 0 exactly), order 2 (HOCBF), linear alpha1, alpha2.
   theta_dot in [-1.25, 1.25] is enforced by the filter as face rows (``faces``), so the claim is
-  closed.  alpha1 trades the set against the input: the set's edge near |theta| = pi/4 is
-  theta_dot <= alpha1 h / h', and braking along it asks alpha1 |theta_dot| of the input's 12 -
-  g sin(theta) rad/s^2.  alpha1 2 certifies with 85% of the backup-safe states; alpha1 5 and 7
-  hold 93% and 96% (sampled) but the filter is infeasible near the theta_dot faces (confirmed
-  counterexamples; 2026-11-27).  A designed edge (``label_set``
-  systems.inverted_pendulum:braking_margin, alpha1 8, ``warm_start_steps`` 5000, ``label_polish``
-  800, ``rounds`` 0) is feasible with >= 0.8 rad/s^2 to spare on a grid and holds 96.4% of the
-  backup-safe states (sampled), but at 5 ms it does not certify: the sampled-data routes fail at
-  single edge states (zero-width boxes, theta ~ -0.62, theta_dot ~ -0.9) for margins 1.6 and 2,
-  where RK4 rollouts of every admissible input hold: the tube enclosure of the row's drift is the
-  limit, not the set (2026-11-27).
+  closed.  The set's edge is theta_dot = alpha1 h / |h'|, and along it the HOCBF row asks
+  theta_ddot <= phi phi' - m / |h'|: the edge must be a curve the braking flow can follow.  With
+  alpha1 2 the network's edge lay below the braking parabola almost everywhere (85% of the
+  backup-safe states); alpha1 5 and 7 held more but were infeasible near the theta_dot faces.
+  So the edge is designed (``label_set`` systems.inverted_pendulum:braking_margin: linear at the
+  tip, then a braking curve that leaves 1.2 rad/s^2 unused) and fitted with values, gradients and
+  Hessians (``label_polish``: the order-2 row reads h''), alpha1 8, no counterexample rounds.
+  It holds 96.5% of the backup-safe states (sampled) and certifies at 5 ms with margin 1.7
+  (feasible up to 3.4; the margin with the fewest boxes, 1.4-2.5 all certify) -- once the
+  certifier's order-2 routes took the tube over a grid and charged the class-K term per state
+  (2026-11-27; before, single edge states failed the bound at margins 1.6 and 2, where every
+  admissible input's rollout holds).
 * ``dubins``: the Dubins car (systems/dubins.py: constant speed, steer only, in a ring between an
   obstacle and an arena wall), Softplus 3-64-64-1 on (p_x, p_y, sin theta, cos theta): the
   heading is periodic, so the exported network starts with the periodic embedding and reads the
