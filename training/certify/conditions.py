@@ -23,6 +23,11 @@ boxes meeting the initial set, the lower bound of h (order 2: of min(h, psi1)) o
 must be >= 0.  ``Problem.scope == "in-domain"`` leaves no face open to closure (the claim
 then holds only while the states stay in D, as the literature's verifiers claim).
 
+Sampled data on small boxes (order 2, or a network that is not twice differentiable): where the
+rate and level-drop bounds fail on a box its one-period tube is at least ``TUBE_GROWN`` times
+wider than, both are taken again over a grid of pieces of the tube (``_grid_routes``): there the
+tube's enclosure, not the box, is what the bounds pay for.
+
 Tighter bounds where they pay: on boxes where h may change sign, h's enclosure is intersected
 with its linear relaxation (``compiler.bounds_linear``); on order-1 boxes of a twice
 differentiable network where the interval feasibility bound fails, the row is also bounded by
@@ -242,7 +247,7 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
         grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
         weak = np.flatnonzero(reach.ok & ~stays & grown & np.isfinite(value) & (value < 0))
         if len(weak):
-            value[weak] = _slab_routes(problem, t32, idx[weak], R[weak], a32[idx][weak], b32.hi[idx][weak],
+            value[weak] = _grid_routes(problem, t32, idx[weak], R[weak], a32[idx][weak], b32.hi[idx][weak],
                                        eps[weak], value[weak], plant.f[idx[weak]])
     value = np.where(stays, np.inf, value)
     for face in problem.faces:
@@ -360,7 +365,7 @@ TUBE_GROWN = 2.0       # a tube gets a grid only where the period widens the box
 TUBE_PIECES_MAX = 64   # the most pieces a tube whose rate bounds fail is cut into (a grid, powers of two per edge)
 
 
-def _slab_routes(problem: Problem, t32: Terms, idx: np.ndarray, R: Interval, a32: Interval, b32_hi: np.ndarray,
+def _grid_routes(problem: Problem, t32: Terms, idx: np.ndarray, R: Interval, a32: Interval, b32_hi: np.ndarray,
                  eps: np.ndarray, whole: np.ndarray, f: Interval) -> np.ndarray:
     """The rate and level-drop bounds again with the tube's terms taken over a grid of pieces of
     it (``whole``: the bound over the whole tube).  Both bounds fall as the tube's enclosure of
