@@ -93,7 +93,7 @@ MARGIN = 1.7      # the shipped card's filter margin
 def _level_bound(problem, box, cuts):
     """The level-drop route's bound on min over the period of psi1(x(t)) / T per box, with the
     tube's terms taken over a grid of ``cuts`` pieces (the least over the pieces)."""
-    from training.certify.conditions import _level_route, tube_grid
+    from training.certify.conditions import _level_route, _level_rounding, tube_grid
     from training.certify.sampled import tube
     from training.certify.terms import lie_terms, plant_terms
     plant = plant_terms(problem.plant, box, 2)
@@ -104,7 +104,8 @@ def _level_bound(problem, box, cuts):
     t64 = lie_terms(problem.model, plant_terms(problem.plant, pieces, 2), pieces, 2, problem.gains, float32=False)
     rep = np.repeat(np.arange(len(box.lo)), k)
     eps = np.full(len(rep), MARGIN)
-    return _level_route(problem, t32, rep, t64, eps, plant.f[rep]).reshape(-1, k).min(axis=1)
+    error = _level_rounding(problem, t32, rep, plant.f[rep])
+    return _level_route(problem, t32, rep, t64, eps, error).reshape(-1, k).min(axis=1)
 
 
 def _psi1_terms(net, x, params, alpha1):

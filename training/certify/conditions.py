@@ -242,13 +242,14 @@ def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32
         value, u, stays = _sampled_taylor(problem, sub, R, a32[idx], b32[idx], t32, plant, idx, eps)
     else:
         value, u, stays = _sampled_tube(problem, t64, a32[idx], b32.hi[idx], eps)
-    value = np.maximum(value, _level_route(problem, t32, idx, t64, eps, plant.f[idx]))
+    error = _level_rounding(problem, t32, idx, plant.f[idx])
+    value = np.maximum(value, _level_route(problem, t32, idx, t64, eps, error))
     if not (problem.order == 1 and problem.smooth):
         grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
         weak = np.flatnonzero(reach.ok & ~stays & grown & np.isfinite(value) & (value < 0))
         if len(weak):
             value[weak] = _grid_routes(problem, t32, idx[weak], R[weak], a32[idx][weak], b32.hi[idx][weak],
-                                       eps[weak], value[weak], plant.f[idx[weak]])
+                                       eps[weak], value[weak], None if error is None else error[weak])
     value = np.where(stays, np.inf, value)
     for face in problem.faces:
         value = np.minimum(value, _face_sampled(problem, face, plant, sub, R, idx))
@@ -310,9 +311,9 @@ def _face_sampled(problem: Problem, face, plant: PlantTerms, box: Interval, R: I
 
 
 def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps: np.ndarray,
-                 f: Interval) -> np.ndarray:
+                 level_error: np.ndarray | None) -> np.ndarray:
     """The level-drop bound (``sampled.level_drop``) for the boxes ``idx`` and their tubes' terms
-    (``f``: the plant's drift over the boxes ``idx``, for the level's rounding bound)."""
+    (``level_error``: ``_level_rounding`` of those boxes)."""
     g = problem.gains
     if problem.order == 1:
         parts32 = (t32.h[idx], t32.Lf[idx], t32.LG[idx])
@@ -321,7 +322,7 @@ def _level_route(problem: Problem, t32: Terms, idx: np.ndarray, t64: Terms, eps:
         parts32 = (t32.psi1[idx], (t32.L2 + g["alpha1"] * t32.Lf)[idx], t32.LGLf[idx])
         q64, a64, gain = t64.L2 + g["alpha1"] * t64.Lf, t64.LGLf, g["alpha2"]
     return level_drop(*parts32, q64, a64, gain, eps, problem.dt, problem.u_lo, problem.u_hi,
-                      level_error=_level_rounding(problem, t32, idx, f))
+                      level_error=level_error)
 
 
 def _level_rounding(problem: Problem, t32: Terms, idx: np.ndarray, f: Interval) -> np.ndarray | None:
@@ -366,9 +367,9 @@ TUBE_PIECES_MAX = 64   # the most pieces a tube whose rate bounds fail is cut in
 
 
 def _grid_routes(problem: Problem, t32: Terms, idx: np.ndarray, R: Interval, a32: Interval, b32_hi: np.ndarray,
-                 eps: np.ndarray, whole: np.ndarray, f: Interval) -> np.ndarray:
+                 eps: np.ndarray, whole: np.ndarray, error: np.ndarray | None) -> np.ndarray:
     """The rate and level-drop bounds again with the tube's terms taken over a grid of pieces of
-    it (``whole``: the bound over the whole tube).  Both bounds fall as the tube's enclosure of
+    it (``whole``: the bound over the whole tube; ``error``: the boxes' ``_level_rounding``).  Both bounds fall as the tube's enclosure of
     the row widens, and a network's interval enclosure widens with the box far more than the
     row varies along one period (the pendulum's edge: drift 6.7 over the tube, 0.8 over a
     16 x 4 grid), so the least over the pieces is much tighter.  Both bounds are monotone in
@@ -386,7 +387,7 @@ def _grid_routes(problem: Problem, t32: Terms, idx: np.ndarray, R: Interval, a32
                         problem.gains, float32=False)
         rep = np.repeat(rows, k)
         rate, _, _ = _sampled_tube(problem, t64, a32[rep], b32_hi[rep], eps[rep])
-        level = _level_route(problem, t32, idx[rep], t64, eps[rep], f[rep])
+        level = _level_route(problem, t32, idx[rep], t64, eps[rep], None if error is None else error[rep])
         return np.maximum(rate.reshape(-1, k).min(axis=1), level.reshape(-1, k).min(axis=1))
 
     rows = np.arange(batch)
