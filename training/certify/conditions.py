@@ -31,8 +31,9 @@ tube's enclosure, not the box, is what the bounds pay for.
 Tighter bounds where they pay: on boxes where h may change sign, h's enclosure is intersected
 with its linear relaxation (``compiler.bounds_linear``); on order-1 boxes of a twice
 differentiable network where the interval feasibility bound fails, the row is also bounded by
-its centred form at one fixed input (``centred.py``), and such a box is split along the edge
-with the largest |d row / dx_i| times its width.  The larger lower bound counts.
+its linear forms (``compiler.bounds_lie``) at each vertex of the input box and its centre, and
+such a box is split along the edge with the largest |d row / dx_i| times its width.  The larger
+lower bound counts.
 
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
@@ -44,15 +45,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.bounds_lie import lie_forms
 from compiler.bounds_linear import linear_bounds
 from compiler.interval import Interval
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
-from .centred import best_vertex, centred_row
 from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
+_UP = 1.0 + 2.0 ** -40   # rounds a short sum of nonnegative float64 terms up
 NAMES = ("containment", "feasibility", "sampled_data", "closure", "initial")
 INPUT_SLICES = 8       # the input box cut along one input for the curvature bound (one jet evaluation)
 
@@ -171,37 +173,67 @@ def _split_weights(t32: Terms) -> np.ndarray:
 def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, feas: np.ndarray,
                  level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
                  choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
-    """The feasibility score, raised by the centred form of the row (``centred.py``) on the
-    order-1 boxes where the interval bound fails (finite and < 0: the only ones where it can
-    pay); there ``split_by`` becomes the row's own smear weight |d row / dx_i|, so such a box is
-    halved along the edge that moves the failing bound the most.  ``level``: gamma's operand
-    (h over the box's states in the set, ``_in_set_row``; None: no class-K term).  ``choice``:
-    with face rows, (the common input ``best_common_input`` found (B, m), the face rows): the
-    barrier's row is taken at that input, and every face row must hold there too."""
+    """The feasibility score, raised by the row's linear forms (``_linear_row``) on the order-1
+    boxes of a twice differentiable network where the interval bound fails (finite and < 0:
+    the only ones where it can pay); there ``split_by`` becomes the row's own smear weight
+    |d row / dx_i|, so such a box is halved along the edge that moves the failing bound the
+    most.  ``level``: gamma's operand (h over the box's states in the set, ``_in_set_row``;
+    None: no class-K term).  ``choice``: with face rows, (the common input
+    ``best_common_input`` found (B, m), the face rows): the barrier's row is taken at that
+    input, and every face row must hold there too."""
     if problem.order != 1 or not problem.smooth:
         return feas
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
     if not len(idx):
         return feas
-    u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi) if choice is None else choice[0][idx]
-    row = centred_row(problem.model, problem.plant, box[idx], u_star, t32.rounding.grad[idx])
-    total = Interval.point(row.lower)
-    slope = row.slope
-    if level is not None:
-        total = total + gain * level[idx]
-        slope = slope + gain * row.grad
     eps = np.broadcast_to(np.asarray(eps_hi, dtype=float), feas.shape)[idx]
-    with np.errstate(invalid="ignore"):
-        better = np.nextafter(total.lo - eps, -np.inf)
+    common_u = None if choice is None else choice[0][idx]
+    better, slope = _linear_row(problem, box[idx], t32.rounding.grad[idx], None if level is None else level[idx],
+                                gain, eps, common_u)
+    if level is not None:
+        slope = slope + gain * t32.grad.mag[idx]
     if choice is not None:
         better = np.minimum(better, best_common_input([(b[idx], a[idx], m[idx]) for b, a, m in choice[1]],
-                                                      problem.u_lo, problem.u_hi, candidates=[u_star])[0])
-    better = np.where(np.isnan(better), -np.inf, better)
+                                                      problem.u_lo, problem.u_hi, candidates=[common_u])[0])
     out = feas.copy()
     out[idx] = np.maximum(feas[idx], better)
     still = out[idx] < 0
     split_by[idx[still]] = slope[still]
     return out
+
+
+def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, level: Interval | None, gain: float,
+                eps: np.ndarray, common_u: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """(score (B,), smear weight (B, n)) from the row's linear forms (``compiler.bounds_lie``):
+    the best, over candidate inputs (every vertex of U and its centre; with face rows, only
+    the common input they were checked at), of the lower bound of L_f h + L_G h . u over the
+    box, less the float32 gradient's rounding sum_i e_i |f_i + G_i u|, plus gamma's operand,
+    minus eps; the weight is |d row / dx_i| at the box's centre for that input."""
+    batch = box.shape[0]
+    plant_box = plant_terms(problem.plant, box, 1, with_input_jacobian=True)
+    centre = Interval.point(np.clip(box.mid, box.lo, box.hi))
+    forms = lie_forms(problem.model, box, plant_terms(problem.plant, centre, 1, with_input_jacobian=True), plant_box)
+    best = np.full(batch, -np.inf)
+    best_u = np.zeros((batch, len(problem.u_lo)))
+    for u in (_candidate_inputs(problem, batch) if common_u is None else [common_u]):
+        F = plant_box.f + (plant_box.G * Interval.point(u)[:, None, :]).sum(-1)
+        with np.errstate(invalid="ignore", over="ignore"):
+            err = np.sum(grad_rounding * F.mag, axis=-1) * _UP
+            low = np.nextafter(forms.lower(u) - err, -np.inf)
+        low = np.where(np.isnan(low), -np.inf, low)
+        best_u = np.where((low > best)[:, None], u, best_u)
+        best = np.maximum(best, low)
+    total = Interval.point(best) if level is None else Interval.point(best) + gain * level
+    with np.errstate(invalid="ignore"):
+        score = np.nextafter(total.lo - eps, -np.inf)
+    return np.where(np.isnan(score), -np.inf, score), forms.slope(best_u)
+
+
+def _candidate_inputs(problem: Problem, batch: int) -> list[np.ndarray]:
+    """Every vertex of the input box and its centre, each (B, m)."""
+    lo, hi = np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float)
+    picks = [np.where(np.array([(k >> j) & 1 for j in range(len(lo))], dtype=bool), hi, lo) for k in range(2 ** len(lo))]
+    return [np.tile(u, (batch, 1)) for u in picks + [0.5 * (lo + hi)]]
 
 
 def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,
@@ -477,8 +509,12 @@ def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval,
         return np.where(np.isfinite(out), out, -np.inf)
 
     by_level = per_slice(np.arange(len(idx)), [second.lo for second, _ in rates])
-    # where that fails, each slice's curvature again over the tube of its own inputs only
-    again = np.flatnonzero((np.maximum(by_rate, by_level) < 0) & np.isfinite(by_level))
+    # where that fails, each slice's curvature again over the tube of its own inputs only; that
+    # tube is narrower only by the inputs' share of the tube's growth over the box, so only boxes
+    # whose tube is TUBE_GROWN times wider along some edge are worth its eight jet evaluations
+    # (on the Dubins car at 2 ms it cost a third of the search and spared no box)
+    grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
+    again = np.flatnonzero((np.maximum(by_rate, by_level) < 0) & np.isfinite(by_level) & grown)
     if len(again):
         own = [slice_tube_curvature(problem, sub[again], R[again], lo, hi, possible[again])
                for lo, hi, possible in slices]
