@@ -9,13 +9,13 @@ open), the sound certified volume as a share of the backup-safe states (the trai
 of the viable set; targets VdP >= 97%, pendulum >= 95%, bicycle >= 90%, the Dubins car >= 85%),
 the boxes, and the sampled verifier's time on the same model (evidence, not proof).
 
-The Dubins car's search needs about 1,260 s on 2 workers (2026-11-27), past the default 600 s
-limit, so its row reads 'not certified' here; its shipped certificate came from
-`cbfsim certify ... --workers 2 --time-limit 1800`.
+The Dubins car's search takes about 410 s of the default 600 s limit (294,553 boxes, idle
+machine, 2026-11-27), of which the margin search gives its first try 80%: on a loaded machine
+its row may read 'not certified' (undecided at the time limit), never certified wrongly.
 
-    python benchmarks/certify.py                 # about 17 minutes: the Dubins car stops at 600 s
+    python benchmarks/certify.py                 # about 13 minutes on an idle machine
     python benchmarks/certify.py --only vdp --out results/certify.md
-    python benchmarks/certify.py --only vdp --only pendulum --only bicycle   # about 7 minutes (bicycle 345 s)
+    python benchmarks/certify.py --only vdp --only pendulum --only bicycle   # about 6 minutes (bicycle 270 s)
 """
 from __future__ import annotations
 
