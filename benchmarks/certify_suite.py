@@ -85,7 +85,8 @@ def table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", choices=sorted(ROWS), default=None)
+    parser.add_argument("--only", nargs="+", choices=sorted(ROWS), action="extend", default=None,
+                        help="rows to run (repeatable: --only a b --only c runs all three)")
     parser.add_argument("--time-limit", type=float, default=90.0, help="seconds per certification (default 90)")
     parser.add_argument("--train-time", type=float, default=90.0, help="seconds per training (default 90)")
     parser.add_argument("--work", type=Path, default=ROOT / "results" / "certify_suite",

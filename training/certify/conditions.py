@@ -174,8 +174,8 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
                  level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
                  choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
     """The feasibility score, raised by the row's linear forms (``_linear_row``) on the order-1
-    boxes of a twice differentiable network where the interval bound fails (finite and < 0:
-    the only ones where it can pay); there ``split_by`` becomes the row's own smear weight
+    boxes of a smooth network where the interval bound fails (finite and < 0: the only ones
+    where it can pay; piecewise-linear networks keep the interval bound, untried); there ``split_by`` becomes the row's own smear weight
     |d row / dx_i|, so such a box is halved along the edge that moves the failing bound the
     most.  ``level``: gamma's operand (h over the box's states in the set, ``_in_set_row``;
     None: no class-K term).  ``choice``: with face rows, (the common input
@@ -512,7 +512,7 @@ def _sampled_taylor(problem: Problem, sub: Interval, R: Interval, a32: Interval,
     # where that fails, each slice's curvature again over the tube of its own inputs only; that
     # tube is narrower only by the inputs' share of the tube's growth over the box, so only boxes
     # whose tube is TUBE_GROWN times wider along some edge are worth its eight jet evaluations
-    # (on the Dubins car at 2 ms it cost a third of the search and spared no box)
+    # (on the Dubins car at 2 ms it took a third of the deep boxes' time; the search was no larger without it)
     grown = np.any(R.hi - R.lo > TUBE_GROWN * (sub.hi - sub.lo), axis=1)
     again = np.flatnonzero((np.maximum(by_rate, by_level) < 0) & np.isfinite(by_level) & grown)
     if len(again):
