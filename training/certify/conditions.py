@@ -32,7 +32,8 @@ Tighter bounds where they pay: on boxes where h may change sign, h's enclosure i
 with its linear relaxation (``compiler.bounds_linear``); on order-1 boxes of a twice
 differentiable network where the interval feasibility bound fails, the row is also bounded by
 its linear forms (``compiler.bounds_lie``) at each vertex of the input box and its centre and,
-where they fail, by its centred form at one input (``centred.py``); such a box is split
+where they fail on a network of one hidden layer, by its centred form at one input
+(``centred.py``); such a box is split
 along the edge with the largest |d row / dx_i| times its width.  The largest lower bound counts.
 
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
@@ -48,6 +49,7 @@ import numpy as np
 from compiler.bounds_lie import lie_forms
 from compiler.bounds_linear import linear_bounds
 from compiler.interval import Interval
+from compiler.ir import Activation
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
@@ -175,7 +177,7 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
                  level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
                  choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
     """The feasibility score, raised by the row's linear forms (``_linear_row``) and, where they
-    fail, its centred form (``centred.py``), on the order-1 boxes of a smooth network where
+    fail on a network of one hidden layer, its centred form (``centred.py``), on the order-1 boxes of a smooth network where
     the interval bound fails (finite and < 0: the only ones where it can pay; piecewise-linear
     networks keep the interval bound); there ``split_by`` becomes the smear weight
     |d row / dx_i| of the tighter of the two, so such a box is halved along the edge that moves
@@ -190,16 +192,16 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
         return feas
     eps = np.broadcast_to(np.asarray(eps_hi, dtype=float), feas.shape)[idx]
     common_u = None if choice is None else choice[0][idx]
-    # the linear forms and the centred form (interval Hessian) each win somewhere: the forms on
-    # the Dubins car's deep network (0.078 against 0.24 lost on its edge boxes), the centred form
-    # on a one-layer obstacle-avoidance barrier (twice the boxes proven at depths 12-15); the
-    # forms first, the centred form where they fail
+    # the linear forms first; the centred form (interval Hessian) too where they fail, on networks
+    # of one hidden layer only: there its Hessian wraps a single layer and it proved twice the
+    # boxes the forms did (a 3-32-1 obstacle-avoidance barrier, depths 9-15), while on the Dubins
+    # car's two layers it proved none the forms did not and cost a fifth of the search
     better, slope = _linear_row(problem, box[idx], t32.rounding.grad[idx], None if level is None else level[idx],
                                 gain, eps, common_u)
     if level is not None:
         slope = slope + gain * t32.grad.mag[idx]
     u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi) if common_u is None else common_u
-    rest = np.flatnonzero(better < 0)
+    rest = np.flatnonzero(better < 0) if _hidden_layers(problem.model) == 1 else np.zeros(0, dtype=int)
     if len(rest):
         row = centred_row(problem.model, problem.plant, box[idx[rest]], u_star[rest], t32.rounding.grad[idx[rest]])
         centred = Interval.point(row.lower) if level is None else Interval.point(row.lower) + gain * level[idx[rest]]
@@ -218,6 +220,11 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     still = out[idx] < 0
     split_by[idx[still]] = slope[still]
     return out
+
+
+def _hidden_layers(model) -> int:
+    """Activation layers of the network (its hidden layers)."""
+    return sum(isinstance(layer, Activation) for layer in model.layers)
 
 
 def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, level: Interval | None, gain: float,
