@@ -198,8 +198,10 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     # car's two layers it proved none the forms did not and cost a fifth of the search
     better, slope = _linear_row(problem, box[idx], t32.rounding.grad[idx], None if level is None else level[idx],
                                 gain, eps, common_u)
-    if level is not None:
-        slope = slope + gain * t32.grad.mag[idx]
+    # the forms give the row's slope at the box's centre only, which may vanish along an edge the
+    # box is wide in; h's variation keeps every edge that moves the set's boundary in the split
+    # (without a class-K term, an autonomous plant's box was halved along one edge to 2^-30)
+    slope = slope + (gain if level is not None else 1.0) * t32.grad.mag[idx]
     u_star = best_vertex(a32.mid[idx], problem.u_lo, problem.u_hi) if common_u is None else common_u
     rest = np.flatnonzero(better < 0) if _hidden_layers(problem.model) == 1 else np.zeros(0, dtype=int)
     if len(rest):
