@@ -17,7 +17,7 @@ with c the box's centre, ``centre`` and ``rest`` intervals, ``coef`` plain float
   gamma_k |coef| |W| and moved, times the box's radius, into ``rest``.
 * An activation's value sigma(z) and derivative sigma'(z) get two parallel lines over z's
   range, a z + [b_lo, b_hi] with a the chord slope, the offsets bounded piece by piece over the
-  range (``_piecewise``: mean-value forms on four pieces; one enclosure call serves both); across
+  range (``_relaxed``: mean-value forms on four pieces; one enclosure call serves both); across
   a kink, ``bounds_linear.relax`` for sigma and the plain hull for sigma', which jumps there.
 * A product s d of two forms: s0 d0 + (mid s0) D + (mid d0) S, the remainder collecting the
   centres' widths, the remainders and the product of both variations (O(width^2)).
@@ -42,11 +42,11 @@ import numpy as np
 from .activations import ACTIVATIONS
 from .bounds_linear import _sum_up, relax
 from .bounds_periodic import enclose_embedding
-from .interval import TINY, U64, Interval, gamma, matmul
+from .interval import TINY, Interval, gamma, matmul
 from .ir import Activation, Affine, Dense, Model, Periodic
 
 _UP = 1.0 + 2.0 ** -40
-PIECES = 4      # pieces of a range a function is bounded over (_piecewise)
+PIECES = 4      # pieces of a range a function is bounded over (_relaxed)
 
 
 @dataclass
