@@ -24,7 +24,7 @@ from training.certify.problem import plant_enclosure
 from training.certify.terms import plant_terms
 
 from test_bounds import random_net, samples_in
-from test_linear_relaxation import boxes, reference_plant, torch_grad
+from test_linear_relaxation import boxes, header_row_case, reference_plant, torch_grad
 
 SYSTEMS = ("van_der_pol", "unicycle", "obstacle_avoidance")
 TOL = 1e-10
@@ -93,24 +93,10 @@ def test_the_forms_hold_through_the_periodic_embedding(act):
 def test_the_float32_header_row_lies_above_the_bound_with_its_rounding():
     """Less sum_i e_i |F_i| (the float32 enclosure's gradient rounding bound, as the certifier
     subtracts it), the lower bound holds the compiled float32 header's gradient dotted with f + G u."""
-    from cbfsim.runtime import compile_barrier
-    from conftest import all_activations_net
-    rng = np.random.default_rng(11)
-    system = get_system("van_der_pol")
-    plant, fG = plant_enclosure(system), reference_plant(system)
-    net = all_activations_net(2, inputs=2, gain=2.0, seed=1).double()
-    model = load_model(net)
-    box = boxes(rng, system, 200)
-    u = np.where(rng.uniform(size=(200, 1)) > 0.5, system.u_max, system.u_min)
-    e = enclose(model, box, order=1, float32=True).rounding.grad
+    model, plant, box, u, e, psi32 = header_row_case()
     terms = plant_terms(plant, box, 1)
     F = terms.f + (terms.G * Interval.point(u)[:, None, :]).sum(-1)
     lower = forms_over(model, plant, box).lower(u) - np.sum(e * F.mag, axis=-1) * (1 + 2.0 ** -40)
-    lib = compile_barrier(net, inputs=2, order=1, dtype="float")
-    flat = samples_in(rng, box, 6).reshape(-1, 2)
-    _, _, grad32 = lib.lie(flat, np.zeros_like(flat), np.broadcast_to(np.eye(2), (len(flat), 2, 2)).copy())
-    f, G = fG(flat)
-    psi32 = np.sum(grad32 * (f + np.einsum("snm,sm->sn", G, np.tile(u, (6, 1)))), axis=1).reshape(6, 200)
     assert np.all(psi32 >= lower[None, :])
     assert np.mean(np.isfinite(lower)) > 0.5
 

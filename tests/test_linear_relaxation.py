@@ -173,9 +173,9 @@ def test_the_centred_bound_beats_the_interval_product_on_small_boxes(name):
     assert np.median(row.lower - product.lo) > 0
 
 
-def test_the_float32_header_row_lies_above_the_bound_with_its_rounding():
-    """With the float32 enclosure's gradient rounding bound subtracted, the header's own
-    gradient (compiled float32 header) dotted with f + G u* stays above the bound."""
+def header_row_case():
+    """A VdP case for the float32 header's row: (net, model, plant, box (200 boxes), their inputs u,
+    the float32 gradient's rounding bound e, the header's row at 6 states per box (6, 200))."""
     from cbfsim.runtime import compile_barrier
     from conftest import all_activations_net
     rng = np.random.default_rng(11)
@@ -186,14 +186,19 @@ def test_the_float32_header_row_lies_above_the_bound_with_its_rounding():
     box = boxes(rng, system, 200)
     u = np.where(rng.uniform(size=(200, 1)) > 0.5, system.u_max, system.u_min)
     e = enclose(model, box, order=1, float32=True).rounding.grad
-    row = centred_row(model, plant, box, u, e)
     lib = compile_barrier(net, inputs=2, order=1, dtype="float")
-    x = samples_in(rng, box, 6)
-    flat = x.reshape(-1, 2)
+    flat = samples_in(rng, box, 6).reshape(-1, 2)
     _, _, grad32 = lib.lie(flat, np.zeros_like(flat), np.broadcast_to(np.eye(2), (len(flat), 2, 2)).copy())
     f, G = fG(flat)
-    F = f + np.einsum("snm,sm->sn", G, np.broadcast_to(u, (6, 200, 1)).reshape(-1, 1))
-    psi32 = np.sum(grad32 * F, axis=1).reshape(6, 200)
+    psi32 = np.sum(grad32 * (f + np.einsum("snm,sm->sn", G, np.tile(u, (6, 1)))), axis=1).reshape(6, 200)
+    return model, plant, box, u, e, psi32
+
+
+def test_the_float32_header_row_lies_above_the_bound_with_its_rounding():
+    """With the float32 enclosure's gradient rounding bound subtracted, the header's own
+    gradient (compiled float32 header) dotted with f + G u* stays above the bound."""
+    model, plant, box, u, e, psi32 = header_row_case()
+    row = centred_row(model, plant, box, u, e)
     assert np.all(psi32 >= row.lower[None, :])
     assert np.mean(np.isfinite(row.lower)) > 0.5
 
