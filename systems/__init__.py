@@ -13,6 +13,7 @@ from .obstacle_avoidance import obstacle_avoidance
 from .double_integrator import double_integrator
 from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
+from .point_robot import point_robot
 from .registry import SYSTEM_NAMES, UnknownSystemError, available, get_system, register, system_origin, unregister
 from .spacecraft import spacecraft
 from .unicycle import unicycle
@@ -22,7 +23,7 @@ __all__ = [
     "ControlAffineSystem", "Controller", "get_system", "SYSTEM_NAMES", "UnknownSystemError", "available",
     "register", "system_origin", "unregister",
     "van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle", "double_integrator",
-    "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8",
+    "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8", "point_robot",
     "dubins", "PeriodicCoordinateError",
     "steering_angle",
 ]

@@ -25,6 +25,7 @@ from .hi_ord8 import hi_ord8
 from .obstacle_avoidance import obstacle_avoidance
 from .spacecraft import spacecraft
 from .double_integrator import double_integrator
+from .point_robot import point_robot
 from .dubins import dubins
 from .inverted_pendulum import inverted_pendulum
 from .unicycle import unicycle
@@ -40,6 +41,7 @@ BUILTIN: dict[str, Factory] = {
     "acc": acc,
     "unicycle": unicycle,
     "double_integrator": double_integrator,
+    "point_robot": point_robot,
     "darboux": darboux,
     "obstacle_avoidance": obstacle_avoidance,
     "spacecraft": spacecraft,

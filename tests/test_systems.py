@@ -36,7 +36,8 @@ def plant(request: pytest.FixtureRequest) -> ControlAffineSystem:
 
 def test_registry_and_factories() -> None:
     assert set(SYSTEM_NAMES) == {"van_der_pol", "bicycle", "inverted_pendulum", "acc", "unicycle",
-                                 "double_integrator", "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8", "dubins"}
+                                 "double_integrator", "darboux", "obstacle_avoidance", "spacecraft", "hi_ord8", "dubins",
+                                 "point_robot"}
     for name in SYSTEM_NAMES:
         assert getattr(systems, name)().name == name
         assert get_system(name).name == name
@@ -152,6 +153,7 @@ CONSTRAINT_CASES = {
     "spacecraft": [([1, 0, 0, 0, 0, 0], 1), ([0.2, 0.2, 0, 1, 0, 0], 1), ([0.1, 0, 0.1, 0, 0, 0], -1),
                    ([0, 0, -0.24, 0, 1, 0], -1)],
     "hi_ord8": [([0] * 8, 1), ([1] * 8, 1), ([-2] * 8, -1), ([-1.9] * 8, -1)],
+    "point_robot": [([1, 0, -1, 0], 1), ([0.3, -0.5, 1, 1], 1), ([0.3, 0.3, 0, 0], -1), ([0, -0.49, 1, 1], -1)],
     "dubins": [([1.5, 0, 0], 1), ([0, -2.9, 3], 1), ([0.3, 0.3, 0], -1), ([0, 3.1, 1], -1), ([3.4, 3.4, -3], -1)],
 }
 
@@ -253,6 +255,7 @@ def _closed_loop_min_h(plant: ControlAffineSystem, name: str, x0: list[float], t
     ("acc", "cruise", [20.0, 100.0], 30.0),
     ("unicycle", "go_to_goal", [0.0, 0.0, 0.0], 5.0),
     ("double_integrator", "pd", [0.0, 0.0], 10.0),
+    ("point_robot", "goal", [-2.5, 0.0, 0.0, 0.0], 6.0),
     ("dubins", "aim", [-2.0, 0.5, 0.0], 5.0),
     ("dubins", "go_to_goal", [-2.5, 0.0, 0.0], 5.0),
 ])

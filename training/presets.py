@@ -131,6 +131,11 @@ PRESETS: dict[str, TrainConfig] = {
     "hi_ord8": TrainConfig(
         system="hi_ord8", hidden=[16], activation="softplus", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.0),
+    "point_robot": TrainConfig(
+        system="point_robot", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
+        label_set="systems.point_robot:braking_margin", safe_margin=0.01, unsafe_margin=0.05,
+        condition_margin=0.02, warm_start_steps=20_000, n_uniform=100_000, check_samples=100_000,
+        rounds=0, max_time=600.0, seed=0, dt_control=0.01, filter_margin=0.02),
     "dubins": TrainConfig(
         system="dubins", hidden=[64, 64], activation="softplus", order=1, gamma=5.0,
         backup_horizon=4.0, backup_dt=0.02, backup_input=[2.0], label_lost=True,

@@ -24,7 +24,8 @@ INSIDE = 1e-9        # admissible candidates keep this much inside a . u + b >= 
 ON_ZERO = 1e-9       # boundary condition: a candidate counts as on {h = 0} when |h| <= this, and as a
 #                      violation when sup_u hdot < -ON_ZERO there (float64; by continuity a point of
 #                      {h = 0} with sup_u hdot < 0 lies within about ON_ZERO / |grad h| of it)
-PROJECT_STEPS = 30
+PROJECT_STEPS = 30   # Newton steps onto {h = 0} at most; a point stops once |h| <= SETTLED before its step
+SETTLED = 1e-3 * ON_ZERO
 
 
 def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
@@ -60,13 +61,21 @@ def to_zero_level(problem: Problem, x: np.ndarray, owner: np.ndarray) -> tuple[n
     x = np.array(x, dtype=float)
     if len(x) == 0:
         return x, owner
-    eye = np.broadcast_to(np.eye(problem.n), (len(x), problem.n, problem.n))
-    zero = np.zeros((len(x), problem.n))
+    active = np.arange(len(x))            # Newton converges in a few steps: only the unsettled points go on
     for _ in range(PROJECT_STEPS):
-        h, _, grad = reference.lie(problem.model, x, zero, eye)
+        k = len(active)
+        h, _, grad = reference.lie(problem.model, x[active], np.zeros((k, problem.n)),
+                                   np.broadcast_to(np.eye(problem.n), (k, problem.n, problem.n)))
+        at = x[active]
+        down = -h[:, None] * grad             # a coordinate on a face of D the step would leave stays put:
+        held = ((at <= problem.lo) & (down < 0)) | ((at >= problem.hi) & (down > 0))   # projected Newton
+        grad = np.where(held, 0.0, grad)
         norm = np.sum(grad * grad, axis=1)
         step = np.where(norm > 0, h / np.where(norm > 0, norm, 1.0), 0.0)
-        x = np.clip(x - step[:, None] * grad, problem.lo, problem.hi)
+        x[active] = np.clip(at - step[:, None] * grad, problem.lo, problem.hi)
+        active = active[~(np.abs(h) <= SETTLED)]
+        if not len(active):
+            break
     h = reference.value(problem.model, x)
     keep = np.isfinite(h) & (np.abs(h) <= ON_ZERO)
     return x[keep], owner[keep]

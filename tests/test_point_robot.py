@@ -1,0 +1,61 @@
+"""The planar point robot's braking label set: held with slack at every edge state, and inside
+the states a full brake keeps out of the disk (references: finite differences of the margin
+along f + G u over a grid of the input box, and scipy rollouts of the braking input)."""
+from __future__ import annotations
+
+import numpy as np
+from scipy.integrate import solve_ivp
+
+from systems import get_system
+from systems.point_robot import braking_margin
+
+
+def _edge_states(robot, count: int, seed: int) -> np.ndarray:
+    """States on the set's edge: random bearings and velocities, the distance found by bisection
+    between a state inside (3 m out) and one outside (on the disk)."""
+    rng = np.random.default_rng(seed)
+    ang = rng.uniform(-np.pi, np.pi, count)
+    vel = rng.uniform(-1, 1, (count, 2))
+    along = np.stack([np.cos(ang), np.sin(ang)], axis=1)
+    a, b = np.full(count, 3.0), np.full(count, robot.params.radius)
+    for _ in range(60):
+        mid = (a + b) / 2
+        inside = braking_margin(robot, np.hstack([mid[:, None] * along, vel])) >= 0
+        a, b = np.where(inside, mid, a), np.where(inside, b, mid)
+    return np.hstack([a[:, None] * along, vel])
+
+
+def test_the_braking_label_set_can_be_held_with_slack_at_every_edge_state():
+    """At every edge state some input of the box raises the margin by >= v_star (0.2 m/s): the
+    exact braking set's edge has none where it meets the clearance circle."""
+    robot = get_system("point_robot")
+    X = _edge_states(robot, 4000, seed=3)
+    assert np.all(np.abs(braking_margin(robot, X)) < 1e-9)
+    eps, best = 1e-6, np.full(len(X), -np.inf)
+    grid = np.linspace(-1, 1, 21)
+    for ux in grid:
+        for uy in grid:
+            v = robot.xdot(X, np.tile([ux, uy], (len(X), 1)))
+            rate = (braking_margin(robot, X + eps * v) - braking_margin(robot, X - eps * v)) / (2 * eps)
+            best = np.maximum(best, rate)
+    assert best.min() >= robot.params.v_star - 1e-6, best.min()
+
+
+def test_every_state_of_the_braking_set_can_stop_outside_the_disk():
+    """scipy rollouts of the radial brake u = a_max sign(p) (the input that cancels the inward
+    speed fastest; held until the radial speed is >= 0): from states in the set the robot never
+    comes within the clearance of the disk."""
+    robot = get_system("point_robot")
+    p = robot.params
+    rng = np.random.default_rng(7)
+    X = rng.uniform(*robot.domain, (20000, 4))
+    X = X[braking_margin(robot, X) >= 0][:300]
+    assert len(X) == 300
+
+    def rhs(_t, x):
+        u = p.a_max * np.sign(x[:2]) if x[:2] @ x[2:] < 0 else np.zeros(2)
+        return robot.xdot(x, u)
+
+    for x0 in X:
+        sol = solve_ivp(rhs, (0.0, 3.0), x0, max_step=0.01, rtol=1e-9, atol=1e-12)
+        assert np.hypot(sol.y[0], sol.y[1]).min() >= p.radius + p.clearance - 1e-6, x0
