@@ -170,3 +170,15 @@ def test_a_bad_list_is_one_usage_line_naming_the_flag(argv, words, capsys):
     err = capsys.readouterr().err
     assert info.value.code == 2 and len(err.strip().splitlines()) == 1
     assert all(w in err for w in words), err
+
+
+def test_train_help_names_every_built_in_plant_and_every_preset():
+    """The lists are written out (importing the plants would load sympy for --help): this keeps
+    them from drifting when a plant or a preset is added."""
+    from systems import SYSTEM_NAMES
+    from training.presets import PRESETS
+    actions = {a.dest: a.help for a in dict(parsers())["cbfsim train"]._actions}
+    listed = set(re.findall(r"[a-z0-9_]+", actions["system"].split(") or")[0]))
+    assert set(SYSTEM_NAMES) <= listed, set(SYSTEM_NAMES) - listed
+    listed = set(re.findall(r"[a-z0-9_]+", actions["preset"]))
+    assert set(PRESETS) <= listed, set(PRESETS) - listed

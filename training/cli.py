@@ -126,11 +126,13 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     t = sub.add_parser("train", help="train a barrier, verify the compiled model, write model.onnx/json",
                        description=TRAIN_HELP)
     t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum, dubins, or a literature "
-                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_relu, spacecraft, hi_ord8) "
+                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_relu, spacecraft, hi_ord8, "
+                        "point_robot) "
                         "(default: none)")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")
     t.add_argument("--system", help="the plant: a built-in name (van_der_pol, bicycle, inverted_pendulum, acc, "
-                                    "unicycle, double_integrator, darboux, obstacle_avoidance, spacecraft, hi_ord8, dubins) or an import path module:Class of your own "
+                                    "unicycle, double_integrator, darboux, obstacle_avoidance, spacecraft, hi_ord8, dubins, point_robot) or "
+                                    "an import path module:Class of your own "
                                     "(default: the preset's or config's)")
     t.add_argument("--param", type=assignment, action="append", default=[], metavar="NAME=VALUE",
                    help="override one plant parameter, e.g. --param mu=1.5; repeat for more (default: the "
