@@ -219,17 +219,47 @@ class LieForms:
     """Forms of L_f h (B, 1) and of each L_{g_j} h over the boxes they were built for."""
     lie: list[Form]        # [L_f h, L_g1 h, ...], each centre (B, 1)
     r: np.ndarray          # (B, n) the box's radius
+    h: Form                # h itself (B, 1)
 
-    def lower(self, u: np.ndarray) -> np.ndarray:
-        """(B,) lower bound of L_f h + L_G h . u over the box, for the fixed input u (B, m);
-        -inf where not finite."""
+    def row(self, u: np.ndarray) -> Form:
+        """The form of L_f h + L_G h . u for the fixed input u (B, m)."""
         u = np.asarray(u, dtype=float)
         total = self.lie[0]
         for j, form in enumerate(self.lie[1:]):
             total = _add(total, scaled(form, u[:, j:j + 1], 0.0, 0.0, self.r), self.r)
-        with np.errstate(invalid="ignore", over="ignore"):
-            low = total.range(self.r).lo[:, 0]
-        return np.where(np.isnan(low), -np.inf, low)
+        return total
+
+    def lower(self, u: np.ndarray) -> np.ndarray:
+        """(B,) lower bound of L_f h + L_G h . u over the box, for the fixed input u (B, m);
+        -inf where not finite."""
+        return _low(self.row(u), self.r)
+
+    def lower_on_level(self, u: np.ndarray, h_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """((B,) lower bound of L_f h + L_G h . u over the box's states with |h| <= h_error (B,),
+        (B, n) that bound's |d / dx_i|).
+
+        Why: the boundary condition asks the row only on {h = 0}, and over a box cut by that
+        level the row's form falls steeply across it.  For every multiplier lam,
+        row >= low(row + lam h) - |lam| h_error on those states (a Lagrangian relaxation); the
+        bound is concave and piecewise linear in lam, so its best lam is 0 or one where a
+        coefficient of row + lam h vanishes (-c_i / d_i): those n + 1 are tried, and each is
+        evaluated with the forms' own sound arithmetic (lam need not be exact)."""
+        row = self.row(u)
+        c, d = row.coef[:, :, 0], self.h.coef[:, :, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            kinks = np.where(d != 0, -c / np.where(d != 0, d, 1.0), 0.0)
+        lams = np.concatenate([np.zeros((len(c), 1)), np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
+        err = np.asarray(h_error, dtype=float)
+        best, coef = _low(row, self.r), c
+        for k in range(1, lams.shape[1]):
+            lam = lams[:, k:k + 1]
+            total = _add(row, scaled(self.h, lam, 0.0, 0.0, self.r), self.r)
+            with np.errstate(invalid="ignore", over="ignore"):
+                low = np.nextafter(_low(total, self.r) - np.abs(lam[:, 0]) * err * _UP, -np.inf)
+            low = np.where(np.isnan(low), -np.inf, low)
+            coef = np.where((low > best)[:, None], total.coef[:, :, 0], coef)
+            best = np.maximum(best, low)
+        return best, np.abs(coef)
 
     def ranges(self) -> list[Interval]:
         """Enclosures (B,) of L_f h and of each L_{g_j} h over the box."""
@@ -239,6 +269,13 @@ class LieForms:
         """(B, n) |d row / dx_i| of the row's form at u (the split's smear weight, not a bound)."""
         coef = self.lie[0].coef[:, :, 0] + sum(u[:, j:j + 1] * f.coef[:, :, 0] for j, f in enumerate(self.lie[1:]))
         return np.abs(coef)
+
+
+def _low(form: Form, r: np.ndarray) -> np.ndarray:
+    """(B,) the least value of a (B, 1) form over the box; -inf where not finite."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        low = form.range(r).lo[:, 0]
+    return np.where(np.isnan(low), -np.inf, low)
 
 
 def _add(p: Form, q: Form, r: np.ndarray) -> Form:
@@ -281,4 +318,4 @@ def lie_forms(model: Model, box: Interval, plant_at_centre: Any, plant_box: Any)
             value = scaled(value, *relaxed_value, r)
         else:
             raise TypeError(f"lie_forms: unsupported layer {type(layer).__name__}")
-    return LieForms(tangents, r)
+    return LieForms(tangents, r, value)

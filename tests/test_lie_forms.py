@@ -149,3 +149,55 @@ def test_the_forms_lose_a_small_part_of_what_the_interval_product_loses_on_the_d
     assert np.all(forms <= least)
     assert np.median(least - forms) < 0.3 * np.median(least - product), (np.median(least - forms), np.median(least - product))
     assert np.median(least - forms) < 0.5 * np.median(least - centred), (np.median(least - forms), np.median(least - centred))
+
+
+def _boxes_on_zero_level(rng, net, system, count: int) -> Interval:
+    """Boxes centred on {h = 0}: random states moved there by float64 Newton steps (torch); the
+    output bias is shifted first so that h changes sign over the domain."""
+    lo, hi = (np.asarray(v, float) for v in system.domain)
+    x = rng.uniform(lo, hi, (count, system.n))
+    with torch.no_grad():
+        net[-1].bias -= float(np.median(net(torch.tensor(x))[:, 0].numpy()))
+    for _ in range(40):
+        with torch.no_grad():
+            h = net(torch.tensor(x))[:, 0].numpy()
+        g = torch_grad(net, x)
+        x = x - (h / np.maximum(np.sum(g * g, axis=1), 1e-300))[:, None] * g
+    with torch.no_grad():
+        on = np.abs(net(torch.tensor(x))[:, 0].numpy()) < 1e-9
+    assert on.sum() >= count // 4, on.sum()
+    x = x[on]
+    width = 10.0 ** rng.uniform(-3, -0.5, x.shape)
+    return Interval(x - width / 2, x + width / 2)
+
+
+@pytest.mark.parametrize("act", ["softplus", "tanh", "sigmoid", "gelu", "silu"])
+@pytest.mark.parametrize("name", SYSTEMS)
+def test_the_row_on_the_zero_level_lies_above_its_bound(act, name):
+    """lower_on_level(u, e) holds the row at every sampled state of the box with |h| <= e (torch
+    float64 h and grad h, numpy f and G); with e a third of h's spread over the box, so the
+    |lam| e term is needed.  And it pays: above the plain bound on most boxes."""
+    rng = np.random.default_rng(700 + 10 * ACTIVATION_NAMES.index(act) + SYSTEMS.index(name))
+    system = get_system(name)
+    plant, fG = plant_enclosure(system), reference_plant(system)
+    net = random_net(act, system.n, 2, seed=3, gain=2.0)
+    box = _boxes_on_zero_level(rng, net, system, 64)
+    x = samples_in(rng, box, 400)
+    S, B, n = x.shape
+    with torch.no_grad():
+        h = net(torch.tensor(x.reshape(-1, n)))[:, 0].numpy().reshape(S, B)
+    err = (h.max(axis=0) - h.min(axis=0)) / 3
+    band = np.abs(h) <= err
+    assert band.sum(axis=0).min() > 20
+    lf, lg = sampled_lie(net, fG, x)
+    forms = forms_over(load_model(net), plant, box)
+    better = 0
+    for trial in range(3):
+        u = rng.uniform(-2, 2, (B, system.m))
+        row = lf + np.einsum("sbm,bm->sb", lg, u)
+        bound, slope = forms.lower_on_level(u, err)
+        below = band & (row < bound[None, :] - TOL * (1.0 + np.abs(row)))
+        assert not below.any(), f"{act}/{name}: row {row[below][0]!r} below the bound on the level"
+        assert slope.shape == (B, n) and np.all(slope >= 0)
+        better += np.sum(bound > forms.lower(u) + 1e-9)
+    assert better > 3 * B / 2, better

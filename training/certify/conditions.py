@@ -175,7 +175,7 @@ def _split_weights(t32: Terms) -> np.ndarray:
 
 def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, feas: np.ndarray,
                  level: Interval | None, gain: float, eps_hi: np.ndarray | float, split_by: np.ndarray,
-                 choice: tuple[np.ndarray, list] | None = None) -> np.ndarray:
+                 choice: tuple[np.ndarray, list] | None = None, on_level: bool = False) -> np.ndarray:
     """The feasibility score, raised by the row's linear forms (``_linear_row``) and, where they
     fail on a network of one hidden layer, its centred form (``centred.py``), on the order-1 boxes of a smooth network where
     the interval bound fails (finite and < 0: the only ones where it can pay; piecewise-linear
@@ -184,7 +184,8 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     the failing bound the most.  ``level``: gamma's operand (h over the box's states in the set,
     ``_in_set_row``; None: no class-K term).  ``choice``: with face rows, (the common input
     ``best_common_input`` found (B, m), the face rows): the barrier's row is taken at that
-    input, and every face row must hold there too."""
+    input, and every face row must hold there too.  ``on_level``: the row is asked only on
+    {h = 0} (the boundary condition), so the forms may trade it against h (``lower_on_level``)."""
     if problem.order != 1 or not problem.smooth:
         return feas
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
@@ -197,7 +198,7 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     # boxes the forms did (a 3-32-1 obstacle-avoidance barrier, depths 9-15), while on the Dubins
     # car's two layers it proved none the forms did not and cost a fifth of the search
     better, slope = _linear_row(problem, box[idx], t32.rounding.grad[idx], None if level is None else level[idx],
-                                gain, eps, common_u)
+                                gain, eps, common_u, np.asarray(t32.rounding.h)[idx] if on_level else None)
     # the forms give the row's slope at the box's centre only, which may vanish along an edge the
     # box is wide in; h's variation keeps every edge that moves the set's boundary in the split
     # (without a class-K term, an autonomous plant's box was halved along one edge to 2^-30)
@@ -230,30 +231,41 @@ def _hidden_layers(model) -> int:
 
 
 def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, level: Interval | None, gain: float,
-                eps: np.ndarray, common_u: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                eps: np.ndarray, common_u: np.ndarray | None, h_error: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """(score (B,), smear weight (B, n)) from the row's linear forms (``compiler.bounds_lie``):
     the best, over candidate inputs (every vertex of U and its centre; with face rows, only
     the common input they were checked at), of the lower bound of L_f h + L_G h . u over the
     box, less the float32 gradient's rounding sum_i e_i |f_i + G_i u|, plus gamma's operand,
-    minus eps; the weight is |d row / dx_i| at the box's centre for that input."""
+    minus eps; the weight is |d row / dx_i| at the box's centre for that input.  ``h_error``
+    (B,): the row is asked only where the header's h is 0, i.e. where the real h is within
+    h_error of 0 (``LieForms.lower_on_level``)."""
     batch = box.shape[0]
     plant_box = plant_terms(problem.plant, box, 1, with_input_jacobian=True)
     centre = Interval.point(np.clip(box.mid, box.lo, box.hi))
     forms = lie_forms(problem.model, box, plant_terms(problem.plant, centre, 1, with_input_jacobian=True), plant_box)
     best = np.full(batch, -np.inf)
     best_u = np.zeros((batch, len(problem.u_lo)))
+    slope = np.zeros(box.shape)
     for u in (_candidate_inputs(problem, batch) if common_u is None else [common_u]):
         F = plant_box.f + (plant_box.G * Interval.point(u)[:, None, :]).sum(-1)
+        if h_error is None:
+            row, row_slope = forms.lower(u), None
+        else:
+            row, row_slope = forms.lower_on_level(u, h_error)
         with np.errstate(invalid="ignore", over="ignore"):
             err = np.sum(grad_rounding * F.mag, axis=-1) * _UP
-            low = np.nextafter(forms.lower(u) - err, -np.inf)
+            low = np.nextafter(row - err, -np.inf)
         low = np.where(np.isnan(low), -np.inf, low)
-        best_u = np.where((low > best)[:, None], u, best_u)
+        wins = low > best
+        best_u = np.where(wins[:, None], u, best_u)
+        if row_slope is not None:
+            slope = np.where(wins[:, None], row_slope, slope)
         best = np.maximum(best, low)
     total = Interval.point(best) if level is None else Interval.point(best) + gain * level
     with np.errstate(invalid="ignore"):
         score = np.nextafter(total.lo - eps, -np.inf)
-    return np.where(np.isnan(score), -np.inf, score), forms.slope(best_u)
+    return np.where(np.isnan(score), -np.inf, score), (forms.slope(best_u) if h_error is None else slope)
 
 
 def _candidate_inputs(problem: Problem, batch: int) -> list[np.ndarray]:
@@ -272,7 +284,7 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     rate = t32.Lf + sup_over_inputs(t32.LG, problem.u_lo, problem.u_hi)
     feas = np.where(on_zero, rate.lo, inf)
     split_by = _split_weights(t32)
-    feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by)
+    feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by, on_level=True)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
