@@ -234,28 +234,33 @@ class LieForms:
         -inf where not finite."""
         return _low(self.row(u), self.r)
 
-    def lower_on_level(self, u: np.ndarray, h_error: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """((B,) lower bound of L_f h + L_G h . u over the box's states with |h| <= h_error (B,),
-        (B, n) that bound's |d / dx_i|).
+    def lower_with_level(self, u: np.ndarray, gain: float, h_lo: np.ndarray, h_hi: np.ndarray
+                         ) -> tuple[np.ndarray, np.ndarray]:
+        """((B,) lower bound of L_f h + L_G h . u + gain h over the box's states whose real h lies in
+        [h_lo, h_hi] (B,), (B, n) that bound's |d / dx_i|).
 
-        Why: the boundary condition asks the row only on {h = 0}, and over a box cut by that
-        level the row's form falls steeply across it.  For every multiplier lam,
-        row >= low(row + lam h) - |lam| h_error on those states (a Lagrangian relaxation); the
-        bound is concave and piecewise linear in lam, so its best lam is 0 or one where a
-        coefficient of row + lam h vanishes (-c_i / d_i): those n + 1 are tried, and each is
-        evaluated with the forms' own sound arithmetic (lam need not be exact)."""
+        Why: the filter's row is asked only on states of the set (h >= 0), the boundary
+        condition's only on {h = 0}, and over a box cut by the level the row's form may fall
+        steeply across it.  For every multiplier lam, row + gain h = (row + lam h) +
+        (gain - lam) h >= low(row + lam h) + (gain - lam) (h_lo if lam <= gain else h_hi): a
+        Lagrangian relaxation.  It is concave and piecewise linear in lam, so its best lam is
+        0, gain, or one where a coefficient of row + lam h vanishes (-c_i / d_i): those n + 2
+        are tried, each evaluated with the forms' own sound arithmetic (lam need not be exact;
+        gain - lam is an interval).  lam = 0 is the plain bound low(row) + gain h_lo."""
         row = self.row(u)
         c, d = row.coef[:, :, 0], self.h.coef[:, :, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             kinks = np.where(d != 0, -c / np.where(d != 0, d, 1.0), 0.0)
-        lams = np.concatenate([np.zeros((len(c), 1)), np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
-        err = np.asarray(h_error, dtype=float)
-        best, coef = _low(row, self.r), c
-        for k in range(1, lams.shape[1]):
+        ends = np.zeros((len(c), 1)), np.full((len(c), 1), float(gain))
+        lams = np.concatenate([*ends, np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
+        band = Interval(np.asarray(h_lo, dtype=float), np.asarray(h_hi, dtype=float), check=False)
+        best, coef = np.full(len(c), -np.inf), c + gain * d
+        for k in range(lams.shape[1]):
             lam = lams[:, k:k + 1]
             total = _add(row, scaled(self.h, lam, 0.0, 0.0, self.r), self.r)
+            rest = (Interval.point(np.full(len(c), float(gain))) - Interval.point(lam[:, 0])) * band
             with np.errstate(invalid="ignore", over="ignore"):
-                low = np.nextafter(_low(total, self.r) - np.abs(lam[:, 0]) * err * _UP, -np.inf)
+                low = np.nextafter(_low(total, self.r) + rest.lo, -np.inf)
             low = np.where(np.isnan(low), -np.inf, low)
             coef = np.where((low > best)[:, None], total.coef[:, :, 0], coef)
             best = np.maximum(best, low)

@@ -173,10 +173,12 @@ def _boxes_on_zero_level(rng, net, system, count: int) -> Interval:
 
 @pytest.mark.parametrize("act", ["softplus", "tanh", "sigmoid", "gelu", "silu"])
 @pytest.mark.parametrize("name", SYSTEMS)
-def test_the_row_on_the_zero_level_lies_above_its_bound(act, name):
-    """lower_on_level(u, e) holds the row at every sampled state of the box with |h| <= e (torch
-    float64 h and grad h, numpy f and G); with e a third of h's spread over the box, so the
-    |lam| e term is needed.  And it pays: above the plain bound on most boxes."""
+def test_the_row_traded_against_h_lies_below_every_sampled_row_in_its_band(act, name):
+    """lower_with_level(u, gain, h_lo, h_hi) holds L_f h + L_G h . u + gain h at every sampled state
+    of the box whose h lies in [h_lo, h_hi] (torch float64 h and grad h, numpy f and G): the
+    boundary condition's band |h| <= e (gain 0), e a third of h's spread over the box so that
+    the multiplier's price is needed, and the set's band h >= 0 with gain 2.  And it pays: above
+    the plain bound low(row) + gain h_lo on most boxes."""
     rng = np.random.default_rng(700 + 10 * ACTIVATION_NAMES.index(act) + SYSTEMS.index(name))
     system = get_system(name)
     plant, fG = plant_enclosure(system), reference_plant(system)
@@ -187,17 +189,18 @@ def test_the_row_on_the_zero_level_lies_above_its_bound(act, name):
     with torch.no_grad():
         h = net(torch.tensor(x.reshape(-1, n)))[:, 0].numpy().reshape(S, B)
     err = (h.max(axis=0) - h.min(axis=0)) / 3
-    band = np.abs(h) <= err
-    assert band.sum(axis=0).min() > 20
     lf, lg = sampled_lie(net, fG, x)
     forms = forms_over(load_model(net), plant, box)
-    better = 0
-    for trial in range(3):
-        u = rng.uniform(-2, 2, (B, system.m))
-        row = lf + np.einsum("sbm,bm->sb", lg, u)
-        bound, slope = forms.lower_on_level(u, err)
-        below = band & (row < bound[None, :] - TOL * (1.0 + np.abs(row)))
-        assert not below.any(), f"{act}/{name}: row {row[below][0]!r} below the bound on the level"
-        assert slope.shape == (B, n) and np.all(slope >= 0)
-        better += np.sum(bound > forms.lower(u) + 1e-9)
-    assert better > 3 * B / 2, better
+    for gain, h_lo, h_hi in ((0.0, -err, err), (2.0, np.zeros(B), h.max(axis=0))):
+        band = (h >= h_lo) & (h <= h_hi)
+        assert band.sum(axis=0).min() > 20
+        better = 0
+        for trial in range(3):
+            u = rng.uniform(-2, 2, (B, system.m))
+            row = lf + np.einsum("sbm,bm->sb", lg, u) + gain * h
+            bound, slope = forms.lower_with_level(u, gain, h_lo, h_hi)
+            below = band & (row < bound[None, :] - TOL * (1.0 + np.abs(row)))
+            assert not below.any(), f"{act}/{name}/gain {gain}: row {row[below][0]!r} below the bound in the band"
+            assert slope.shape == (B, n) and np.all(slope >= 0)
+            better += np.sum(bound > forms.lower(u) + gain * h_lo + 1e-9)
+        assert better > 3 * B / 2, (gain, better)

@@ -185,7 +185,7 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     ``_in_set_row``; None: no class-K term).  ``choice``: with face rows, (the common input
     ``best_common_input`` found (B, m), the face rows): the barrier's row is taken at that
     input, and every face row must hold there too.  ``on_level``: the row is asked only on
-    {h = 0} (the boundary condition), so the forms may trade it against h (``lower_on_level``)."""
+    {h = 0} (the boundary condition), not on the set's states."""
     if problem.order != 1 or not problem.smooth:
         return feas
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
@@ -198,7 +198,7 @@ def _tighter_row(problem: Problem, box: Interval, t32: Terms, a32: Interval, fea
     # boxes the forms did (a 3-32-1 obstacle-avoidance barrier, depths 9-15), while on the Dubins
     # car's two layers it proved none the forms did not and cost a fifth of the search
     better, slope = _linear_row(problem, box[idx], t32.rounding.grad[idx], None if level is None else level[idx],
-                                gain, eps, common_u, np.asarray(t32.rounding.h)[idx] if on_level else None)
+                                gain, eps, common_u, np.asarray(t32.rounding.h)[idx], on_level)
     # the forms give the row's slope at the box's centre only, which may vanish along an edge the
     # box is wide in; h's variation keeps every edge that moves the set's boundary in the split
     # (without a class-K term, an autonomous plant's box was halved along one edge to 2^-30)
@@ -231,41 +231,53 @@ def _hidden_layers(model) -> int:
 
 
 def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, level: Interval | None, gain: float,
-                eps: np.ndarray, common_u: np.ndarray | None, h_error: np.ndarray | None = None
+                eps: np.ndarray, common_u: np.ndarray | None, h_error: np.ndarray, on_level: bool = False
                 ) -> tuple[np.ndarray, np.ndarray]:
     """(score (B,), smear weight (B, n)) from the row's linear forms (``compiler.bounds_lie``):
     the best, over candidate inputs (every vertex of U and its centre; with face rows, only
     the common input they were checked at), of the lower bound of L_f h + L_G h . u over the
-    box, less the float32 gradient's rounding sum_i e_i |f_i + G_i u|, plus gamma's operand,
-    minus eps; the weight is |d row / dx_i| at the box's centre for that input.  ``h_error``
-    (B,): the row is asked only where the header's h is 0, i.e. where the real h is within
-    h_error of 0 (``LieForms.lower_on_level``)."""
+    box, less the float32 gradient's rounding sum_i e_i |f_i + G_i u|, plus gamma's operand
+    ``level`` (the header's h on the box's states in the set; None: no class-K term), minus
+    eps; the weight is |d row / dx_i| of the winning form.
+
+    The forms also trade the row against h (``LieForms.lower_with_level``), on the states where
+    the row is asked: ``on_level`` (the boundary condition), where the header's h is 0, so the
+    real h lies within ``h_error`` (B,) of 0; else the set's states, where the real h lies in
+    ``level`` widened by h_error, and the header's gain h differs from the real one by at most
+    gain h_error."""
     batch = box.shape[0]
     plant_box = plant_terms(problem.plant, box, 1, with_input_jacobian=True)
     centre = Interval.point(np.clip(box.mid, box.lo, box.hi))
     forms = lie_forms(problem.model, box, plant_terms(problem.plant, centre, 1, with_input_jacobian=True), plant_box)
+    e = np.asarray(h_error, dtype=float)
+    if on_level:
+        band, gain, header = (-e, e), 0.0, np.zeros(batch)
+    elif level is not None:
+        band = (np.nextafter(level.lo - e, -np.inf), np.nextafter(level.hi + e, np.inf))
+        header = np.nextafter(gain * e * _UP, np.inf)
+    else:
+        band = None
+    plain = np.zeros(batch) if level is None or on_level else (gain * level).lo
     best = np.full(batch, -np.inf)
-    best_u = np.zeros((batch, len(problem.u_lo)))
     slope = np.zeros(box.shape)
     for u in (_candidate_inputs(problem, batch) if common_u is None else [common_u]):
         F = plant_box.f + (plant_box.G * Interval.point(u)[:, None, :]).sum(-1)
-        if h_error is None:
-            row, row_slope = forms.lower(u), None
-        else:
-            row, row_slope = forms.lower_on_level(u, h_error)
         with np.errstate(invalid="ignore", over="ignore"):
             err = np.sum(grad_rounding * F.mag, axis=-1) * _UP
-            low = np.nextafter(row - err, -np.inf)
+            low = np.nextafter(np.nextafter(forms.lower(u) + plain, -np.inf) - err, -np.inf)
+        row_slope = forms.slope(u)
+        if band is not None:
+            traded, traded_slope = forms.lower_with_level(u, gain, *band)
+            with np.errstate(invalid="ignore", over="ignore"):
+                traded = np.nextafter(np.nextafter(traded - header, -np.inf) - err, -np.inf)
+            row_slope = np.where((traded > low)[:, None], traded_slope, row_slope)
+            low = np.fmax(low, traded)
         low = np.where(np.isnan(low), -np.inf, low)
-        wins = low > best
-        best_u = np.where(wins[:, None], u, best_u)
-        if row_slope is not None:
-            slope = np.where(wins[:, None], row_slope, slope)
+        slope = np.where((low > best)[:, None], row_slope, slope)
         best = np.maximum(best, low)
-    total = Interval.point(best) if level is None else Interval.point(best) + gain * level
     with np.errstate(invalid="ignore"):
-        score = np.nextafter(total.lo - eps, -np.inf)
-    return np.where(np.isnan(score), -np.inf, score), (forms.slope(best_u) if h_error is None else slope)
+        score = np.nextafter(best - eps, -np.inf)
+    return np.where(np.isnan(score), -np.inf, score), slope
 
 
 def _candidate_inputs(problem: Problem, batch: int) -> list[np.ndarray]:
