@@ -176,6 +176,17 @@ def lower_plane(model: Model, box, rounding_h: np.ndarray | None = None) -> Lowe
     return LowerPlane(lam[:, 1, :], np.where(np.isnan(offset), np.inf, offset))
 
 
+def upper_plane(model: Model, box, rounding_h: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """(coef (B, n), offset (B,)) with h(x) <= coef . x + offset for every x of each box (B, n),
+    the float32 header's rounding bound included when given; None for a model the back
+    substitution does not cover (an unfolded Affine layer)."""
+    _, _, lam, const = _planes(model, box)
+    if lam is None:
+        return None
+    offset = const[:, 0] if rounding_h is None else np.nextafter(const[:, 0] + rounding_h, np.inf)
+    return lam[:, 0, :], np.where(np.isnan(offset), np.inf, offset)
+
+
 def _planes(model: Model, box):
     """(interval jets, checked box, lam (B, 2, n), const (B, 2)) with +-h(x) <= lam_k . x + const_k
     on each box (lam None: an unfolded Affine layer, no planes)."""

@@ -148,7 +148,9 @@ class PlantEnclosure:
     or plain Python floats (exact constants):
 
     f(xs): n entries; G(xs): n rows of m; jac_f(xs): n x n (d f_i / d x_k);
-    jac_G(xs): m matrices n x n (d G[i][j] / d x_k for input j); constraint(xs): one value.
+    jac_G(xs): m matrices n x n (d G[i][j] / d x_k for input j); constraint(xs): one value;
+    constraint_grad(xs): n entries (d constraint / d x_k), None where the namespace cannot bound
+    them (a constraint built from min and max: its derivative jumps).
     """
 
     name: str
@@ -162,6 +164,7 @@ class PlantEnclosure:
     u_min: np.ndarray
     u_max: np.ndarray
     domain: tuple[np.ndarray, np.ndarray]
+    constraint_grad: Callable[[Sequence[Any]], list[Any]] | None = None
 
 
 def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -> PlantEnclosure:
@@ -174,6 +177,10 @@ def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -
 
     jac_G = [system.G_expr[:, j].jacobian(sp.Matrix(x)) for j in range(m)]
     jac_G_flat = [e for J in jac_G for e in J]          # input j, row i, column k
+    try:
+        constraint_grad = field([sp.diff(system.constraint_expr, xi) for xi in x], (n,), "constraint_grad")
+    except UnsupportedExpressionError:
+        constraint_grad = None
     return PlantEnclosure(
         name=system.name, n=n, m=m,
         f=field(list(system.f_expr), (n,), "f"),
@@ -181,5 +188,5 @@ def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -
         jac_f=field(list(system.jacobian_expr), (n, n), "jac_f"),
         jac_G=field(jac_G_flat, (m, n, n), "jac_G"),
         constraint=field([system.constraint_expr], (), "constraint"),
-        u_min=system.u_min, u_max=system.u_max, domain=system.domain,
+        u_min=system.u_min, u_max=system.u_max, domain=system.domain, constraint_grad=constraint_grad,
     )

@@ -54,6 +54,7 @@ from compiler.ir import Activation
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
 from .centred import best_vertex, centred_row
+from .containment import traded_containment
 from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
@@ -126,6 +127,10 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     top = t32.h.hi if order == 1 else np.minimum(t32.h.hi, t32.psi1.hi)   # < 0: box outside C
     cont = np.where(top < 0, -top, np.minimum(-top, -np.finfo(float).tiny))
     cont = np.where(c.lo >= 0, inf, cont)
+    failing = np.flatnonzero(np.isfinite(cont) & (cont < 0))     # the constraint's edge cuts the box
+    if len(failing):
+        rounding_h = None if t32.rounding is None else np.asarray(t32.rounding.h)[failing]
+        cont[failing] = np.maximum(cont[failing], traded_containment(problem, box[failing], rounding_h))
 
     a32, b32 = constraint_row(t32, problem)
     if problem.condition == "boundary":
