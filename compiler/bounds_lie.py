@@ -253,17 +253,17 @@ class LieForms:
             kinks = np.where(d != 0, -c / np.where(d != 0, d, 1.0), 0.0)
         ends = np.zeros((len(c), 1)), np.full((len(c), 1), float(gain))
         lams = np.concatenate([*ends, np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
+        count = lams.shape[1]                 # every multiplier at once: one column of a (B, count) form each
+        total = _add(_columns(row, count), scaled(_columns(self.h, count), lams, 0.0, 0.0, self.r), self.r)
         band = Interval(np.asarray(h_lo, dtype=float), np.asarray(h_hi, dtype=float), check=False)
-        best, coef = np.full(len(c), -np.inf), c + gain * d
-        for k in range(lams.shape[1]):
-            lam = lams[:, k:k + 1]
-            total = _add(row, scaled(self.h, lam, 0.0, 0.0, self.r), self.r)
-            rest = (Interval.point(np.full(len(c), float(gain))) - Interval.point(lam[:, 0])) * band
-            with np.errstate(invalid="ignore", over="ignore"):
-                low = np.nextafter(_low(total, self.r) + rest.lo, -np.inf)
-            low = np.where(np.isnan(low), -np.inf, low)
-            coef = np.where((low > best)[:, None], total.coef[:, :, 0], coef)
-            best = np.maximum(best, low)
+        rest = (Interval.point(np.full(lams.shape, float(gain))) - Interval.point(lams)) * \
+            Interval(np.repeat(band.lo[:, None], count, 1), np.repeat(band.hi[:, None], count, 1), check=False)
+        with np.errstate(invalid="ignore", over="ignore"):
+            low = np.nextafter(total.range(self.r).lo + rest.lo, -np.inf)
+        low = np.where(np.isnan(low), -np.inf, low)
+        pick = np.argmax(low, axis=1)
+        rows = np.arange(len(c))
+        best, coef = low[rows, pick], total.coef[rows, :, pick]
         return best, np.abs(coef)
 
     def ranges(self) -> list[Interval]:
@@ -274,6 +274,13 @@ class LieForms:
         """(B, n) |d row / dx_i| of the row's form at u (the split's smear weight, not a bound)."""
         coef = self.lie[0].coef[:, :, 0] + sum(u[:, j:j + 1] * f.coef[:, :, 0] for j, f in enumerate(self.lie[1:]))
         return np.abs(coef)
+
+
+def _columns(form: Form, count: int) -> Form:
+    """A (B, 1) form repeated into ``count`` identical columns (B, count)."""
+    def wide(iv: Interval) -> Interval:
+        return Interval(np.repeat(iv.lo, count, 1), np.repeat(iv.hi, count, 1), check=False)
+    return Form(wide(form.centre), np.repeat(form.coef, count, 2), wide(form.rest))
 
 
 def _low(form: Form, r: np.ndarray) -> np.ndarray:

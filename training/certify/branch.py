@@ -239,8 +239,11 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
         if problem.initial:                      # the initial set's candidates: the same, clipped into it
             from .sets import clip_into
             pts, owner = np.concatenate([pts, clip_into(problem.initial, pts)]), np.concatenate([owner, owner])
-        if problem.condition == "boundary":      # the Nagumo condition's candidates lie on {h = 0}
-            on, on_owner = ce.to_zero_level(problem, pts, owner)
+        if problem.condition == "boundary":      # the Nagumo condition's candidates lie on {h = 0}:
+            # the box centres' projections (the corners' would cost 2^n times more, and the
+            # centres of a split box sample the level more densely anyway)
+            centres = slice(0, len(idx))
+            on, on_owner = ce.to_zero_level(problem, pts[centres], owner[centres])
             inside = np.all((blo[idx][on_owner] <= on) & (on <= bhi[idx][on_owner]), axis=1)
             pts, owner = np.concatenate([pts, on[inside]]), np.concatenate([owner, on_owner[inside]])
         bad = ce.check_points(problem, pts, eps)
