@@ -58,7 +58,10 @@ def certify_row(out: Path, time_limit: float, **kwargs) -> dict:
     started = time.perf_counter()
     cert = certify(out / "model.onnx", out / "model.json", time_limit=time_limit, **kwargs)
     wall = time.perf_counter() - started
-    refuted = [k for k, c in cert.conditions.items() if c.counterexamples]
+    # a margin search that also ran out of time at some margin refuted only the margins it
+    # tried (the filter's walls), not the barrier: that row is undecided
+    undecided = any(t["ended"] in ("time", "budget") for t in cert.margins_tried)
+    refuted = [] if undecided else [k for k, c in cert.conditions.items() if c.counterexamples]
     if cert.certified:
         verdict = f"certified in {wall:.1f} s"
     elif refuted:
@@ -96,6 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=ROOT / "results" / "certify_suite",
                         help="where the trained barriers go (reused when present)")
     parser.add_argument("--out", type=Path, default=None, help="also write the table here")
+    parser.add_argument("--workers", default="auto",
+                        help="processes per certification, as cbfsim certify's --workers (default: auto)")
     args = parser.parse_args(argv)
     from systems import get_system
     results = []
@@ -109,8 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         claim = {"scope": "in-domain"}             # the literature's claim: while the states stay in D
         if getattr(system, "initial_set", None) is not None:
             claim["initial_set"] = ["plant"]
-        ct = certify_row(out, args.time_limit, condition="boundary", **claim)
-        held = certify_row(out, args.time_limit, dt=0.01, **claim) if system.m else None
+        workers = int(args.workers) if args.workers.isdigit() else args.workers
+        ct = certify_row(out, args.time_limit, condition="boundary", workers=workers, **claim)
+        held = certify_row(out, args.time_limit, dt=0.01, workers=workers, **claim) if system.m else None
         results.append({"row": row, "plant": system.name, "n": system.n, "m": system.m, "network": network,
                         "published": published, "note": note, "ct": ct, "held": held})
         print(f"{row}: trained/loaded in {trained_s:.0f} s; continuous time {ct['verdict']}; "
