@@ -6,6 +6,7 @@ bound also holds the compiled float32 header's row.  A box across Softplus' thre
 jump) is bounded by hulls that hold both sides.  And they pay: on the Dubins car's edge boxes
 they lose a small part of what the interval product loses, and less than the centred form
 (whose own tests are in test_linear_relaxation.py; the certifier takes the better of the two).
+The row traded against h (``lower_with_level``) holds every sampled row in its band of h.
 """
 from __future__ import annotations
 
