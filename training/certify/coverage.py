@@ -77,9 +77,7 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
     from .branch import CHUNK
     span = problem.hi - problem.lo
     split = problem.splittable
-    cut = problem.read_by_network & split if problem.order == 1 else split
-    if not cut.any():
-        cut = split
+    cut = _refine_cut(problem)
     if budget is None:
         budget = REFINE_BOXES if problem.order == 2 else REFINE_BOXES_BEFORE_PLANE
     total = 0.0
@@ -98,9 +96,26 @@ def refine_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, budget: int 
         keep = meets & ~inside
         lo, hi = lo[keep], hi[keep]
         lo, hi = halve(lo, hi, np.argmax(np.where(cut, (hi - lo) / span, -1.0), axis=1))
-    if problem.order == 1 and len(lo):
-        total += plane_inside(problem, lo, hi, cut)
+    if problem.order == 1 and len(lo):       # the same chunks, summed in order, in-process or on the runner
+        chunks = [(lo[i:i + CHUNK], hi[i:i + CHUNK]) for i in range(0, len(lo), CHUNK)]
+        parts = runner.map(0.0, chunks, task="plane_volume") if runner is not None else \
+            [plane_volume(problem, 0.0, a, b) for a, b in chunks]
+        if len(parts) != len(chunks):
+            raise RuntimeError("a coverage round came back with chunks missing")
+        total += sum(parts)
     return total
+
+
+def _refine_cut(problem: Problem) -> np.ndarray:
+    """The coordinates the refinement cuts: order 1 those the network reads, order 2 all."""
+    cut = problem.read_by_network & problem.splittable if problem.order == 1 else problem.splittable
+    return cut if cut.any() else problem.splittable
+
+
+def plane_volume(problem: Problem, _eps: float, lo: np.ndarray, hi: np.ndarray) -> float:
+    """``plane_inside`` over one chunk of order-1 boxes, cut as ``refine_inside`` cuts: a
+    runner's task."""
+    return plane_inside(problem, lo, hi, _refine_cut(problem))
 
 
 PLANE_CELLS = 512        # cells per leftover box that its linear lower bound of h decides

@@ -61,6 +61,9 @@ def chunk_task(name: str) -> Any:
     if name == "set_masks":             # the coverage refinement (coverage.py)
         from .coverage import set_masks
         return set_masks
+    if name == "plane_volume":          # its last step, the leftover boxes' plane cells (coverage.py)
+        from .coverage import plane_volume
+        return plane_volume
     raise ValueError(f"no chunk task {name!r}")
 
 
