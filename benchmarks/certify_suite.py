@@ -103,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="processes per certification, as cbfsim certify's --workers (default: auto)")
     args = parser.parse_args(argv)
     from systems import get_system
+    workers = int(args.workers) if args.workers.isdigit() else args.workers
     results = []
     for row in args.only or list(ROWS):
         name, network, published, note = ROWS[row]
@@ -114,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
         claim = {"scope": "in-domain"}             # the literature's claim: while the states stay in D
         if getattr(system, "initial_set", None) is not None:
             claim["initial_set"] = ["plant"]
-        workers = int(args.workers) if args.workers.isdigit() else args.workers
         ct = certify_row(out, args.time_limit, condition="boundary", workers=workers, **claim)
         held = certify_row(out, args.time_limit, dt=0.01, workers=workers, **claim) if system.m else None
         results.append({"row": row, "plant": system.name, "n": system.n, "m": system.m, "network": network,

@@ -255,14 +255,14 @@ def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, leve
     centre = Interval.point(np.clip(box.mid, box.lo, box.hi))
     forms = lie_forms(problem.model, box, plant_terms(problem.plant, centre, 1, with_input_jacobian=True), plant_box)
     e = np.asarray(h_error, dtype=float)
-    if on_level:
-        band, gain, header = (-e, e), 0.0, np.zeros(batch)
+    if on_level:                             # the boundary condition: no class-K term (gain 0)
+        band, header = (-e, e), np.zeros(batch)
     elif level is not None:
         band = (np.nextafter(level.lo - e, -np.inf), np.nextafter(level.hi + e, np.inf))
         header = np.nextafter(gain * e * _UP, np.inf)
     else:
         band = None
-    plain = np.zeros(batch) if level is None or on_level else (gain * level).lo
+    plain = np.zeros(batch) if level is None else (gain * level).lo
     best = np.full(batch, -np.inf)
     slope = np.zeros(box.shape)
     for u in (_candidate_inputs(problem, batch) if common_u is None else [common_u]):
