@@ -127,10 +127,12 @@ def _compiles_at_once(cache: Path, workers: int, stagger: float = 0.0, slow: boo
 
 
 def test_four_processes_compiling_one_model_into_one_fresh_cache_all_succeed_with_identical_libraries(tmp_path):
+    # a stress check: the next test reproduces the old race deterministically. Before the fix,
+    # 7 of 32 such compiles failed, so 16 would all pass by luck with probability 0.78^16 < 2%
     results = []
-    for round_ in range(8):
+    for round_ in range(4):
         results += _compiles_at_once(tmp_path / f"cache{round_}", workers=4)
-    assert len({r["sha256"] for r in results}) == 1          # the same library bytes, 32 times
+    assert len({r["sha256"] for r in results}) == 1          # the same library bytes, 16 times
     assert len({tuple(r["values"]) for r in results}) == 1
     got = np.array([float.fromhex(v) for v in results[0]["values"]])
     ref = _reference_values()
