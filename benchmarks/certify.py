@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, help="also write the table here (Markdown)")
     parser.add_argument("--workers", default="auto", type=lambda t: t if t == "auto" else int(t),
                         help="processes to certify on, or 'auto' (the command line's default: this process, then "
-                             "one per core past 20,000 boxes); the certificate is the same; the targets are for 2 cores")
+                             "one per core after 2 s of boxes); the certificate is the same; the targets are for 2 cores")
     args = parser.parse_args(argv)
     rows = []
     for name, _, _ in CASES:

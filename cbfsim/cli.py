@@ -195,7 +195,7 @@ Exit status: 0 certified,
 
 DEFAULT_TIME_LIMIT = 600.0       # = training.certify.api.DEFAULT_TIME_LIMIT (a test keeps the two equal)
 DEFAULT_MAX_BOXES = 2_000_000    # = training.certify.api.DEFAULT_MAX_BOXES (a test keeps the two equal)
-AUTO_POOL_AFTER = 20_000         # = training.certify.shards.AUTO_POOL_AFTER (a test keeps the two equal)
+AUTO_POOL_AFTER_S = 2.0          # = training.certify.shards.AUTO_POOL_AFTER_S (a test keeps the two equal)
 
 
 def workers_count(text: str) -> int | str:
@@ -269,7 +269,7 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--workers", type=workers_count, default="auto",
                         help="processes on this machine to evaluate the boxes on, or 'auto'; the certificate is the "
                              "same for any count, only the wall time changes (default: auto: this process, then one "
-                             f"process per core once the search has evaluated {AUTO_POOL_AFTER:,} boxes)")
+                             f"process per core once the search has spent {AUTO_POOL_AFTER_S:g} s on boxes)")
     parser.add_argument("--scheduler", default=None,
                         help="address of an existing Dask scheduler, tcp://HOST:PORT, to evaluate the boxes on its "
                              "workers instead; the certificate is the same; not with --workers (default: none, the "

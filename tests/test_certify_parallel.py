@@ -144,28 +144,52 @@ def test_a_lost_dask_worker_task_loses_no_box(problem, serial_search, tmp_path):
 
 def test_auto_workers_start_a_pool_mid_search_and_change_no_number(problem, serial_search):
     """``--workers auto`` (the command line's default): this process first, a pool of 2 once
-    300 boxes are done; the search ends exactly as the serial one."""
+    it has spent 0.05 s on boxes; the search ends exactly as the serial one."""
     from training.certify.branch import search
     from training.certify.shards import Growing
     p, eps = problem
-    runner = Growing(p, 2, after=300)
+    runner = Growing(p, 2, after_s=0.05)
     try:
         state = _search_state(search(p, eps, float("inf"), max_boxes=LOST_WORKER_BOXES, runner=runner))
-        assert runner.pool is not None and runner.boxes > 300
+        assert runner.pool is not None and runner.local_s >= 0.05       # some here first, then the pool
     finally:
         runner.close()
     assert state == serial_search
 
 
+def test_pool_processes_run_one_blas_thread_each_and_the_caller_keeps_its_environment(problem, monkeypatch):
+    """Two processes each with OpenBLAS's thread per core fought over 2 cores in every interval
+    product; a variable the user set is theirs to keep."""
+    import os
+    from training.certify.shards import SINGLE_THREADED, Processes
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "3")
+    before = dict(os.environ)
+    runner = Processes(problem[0], 2)
+    try:
+        pids = list(runner.pool._processes)          # all started by the constructor
+        started_with = [dict(item.split("=", 1) for item in Path(f"/proc/{pid}/environ").read_text().split("\0")
+                             if "=" in item) for pid in pids]
+        assert runner.pool.submit(os.getenv, "OPENBLAS_NUM_THREADS").result() == "1"
+    finally:
+        runner.close()
+    assert len(pids) == 2
+    for env in started_with:
+        assert {name: env.get(name) for name in SINGLE_THREADED} == \
+            {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "3"}
+    assert dict(os.environ) == before
+
+
 def test_the_command_line_defaults_to_auto_workers_and_quotes_the_same_threshold():
     from cbfsim import cli
     from training.certify import shards
-    assert cli.AUTO_POOL_AFTER == shards.AUTO_POOL_AFTER
+    assert cli.AUTO_POOL_AFTER_S == shards.AUTO_POOL_AFTER_S
     args = cli._certify_parser().parse_args([str(MODEL), str(CARD)])
     assert args.workers == "auto"
     helped = " ".join(cli._certify_parser().format_help().split())
-    assert f"(default: auto: this process, then one process per core once the search has evaluated " \
-           f"{shards.AUTO_POOL_AFTER:,} boxes)" in helped
+    assert f"(default: auto: this process, then one process per core once the search has spent " \
+           f"{shards.AUTO_POOL_AFTER_S:g} s on boxes)" in helped
 
 
 def test_budget_stop_is_the_same_whatever_the_workers(problem):

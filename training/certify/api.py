@@ -58,8 +58,8 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     ``build_problem``).
 
     ``workers``: processes the search's boxes are evaluated on (1: this one; "auto", the
-    command line's default: this one, then one per core once the search has evaluated
-    ``shards.AUTO_POOL_AFTER`` boxes); ``scheduler``: the
+    command line's default: this one, then one per core once the search has spent
+    ``shards.AUTO_POOL_AFTER_S`` seconds on boxes here); ``scheduler``: the
     address of an existing Dask cluster to evaluate them on instead (``shards.py``).  Neither
     changes the certificate, only the wall time (``workers`` > 1 or "auto" spawns processes: a script that
     calls this needs the ``if __name__ == "__main__":`` guard).  ``spill_at``: open boxes held in memory before

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -26,7 +27,7 @@ from .problem import CertifyError, Problem
 MAX_TRIES = 4
 CONNECT_TIMEOUT_S = 10
 AUTO = "auto"                     # --workers auto: see Growing
-AUTO_POOL_AFTER = 20_000          # boxes evaluated in this process before ``auto`` starts its pool
+AUTO_POOL_AFTER_S = 2.0           # seconds of box evaluation in this process before ``auto`` starts its pool
 Chunk = tuple[np.ndarray, np.ndarray]
 
 _PROBLEMS: dict[str, Problem] = {}       # per worker process: key -> the unpickled problem
@@ -77,6 +78,21 @@ def _pickled(problem: Problem) -> tuple[str, bytes]:
     import cloudpickle
     blob = cloudpickle.dumps(problem)
     return hashlib.sha256(blob).hexdigest(), blob
+
+
+SINGLE_THREADED = {name: "1" for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+@contextmanager
+def _environment(values: dict[str, str]):
+    """``values`` in os.environ for the block (each variable the user set keeps its value)."""
+    added = {k: v for k, v in values.items() if k not in os.environ}
+    os.environ.update(added)
+    try:
+        yield
+    finally:
+        for k in added:
+            os.environ.pop(k, None)
 
 
 def _gave_up(boxes: int, error: BaseException) -> CertifyError:
@@ -150,9 +166,18 @@ class Processes(_Retrying):
         self.pool = self._pool()
 
     def _pool(self):
+        """A pool whose processes are all started now, each with one BLAS thread: ``workers``
+        processes that each ran OpenBLAS's default of one thread per core fought over the
+        cores in every interval matrix product (the 4-D point robot's search: 44.8 s -> 38.3 s
+        on 2 cores, the same boxes)."""
         import multiprocessing
         from concurrent.futures import ProcessPoolExecutor
-        return ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"))
+        with _environment(SINGLE_THREADED):      # a spawned process copies the environment as it starts
+            started = [pool.submit(int, 0) for _ in range(self.workers)]   # one new process per submit
+        for future in started:
+            future.result()
+        return pool
 
     def _submit(self, eps: float, chunk: Chunk, task: str) -> Any:
         return self.pool.submit(run_chunk, self.key, self.blob, task, eps, chunk[0], chunk[1], self.fault)
@@ -196,19 +221,27 @@ class Dask(_Retrying):
 
 class Growing:
     """``--workers auto``: this process while the search is small, then one spawned process per
-    core once it has evaluated ``after`` boxes (a pool takes seconds to start, which a search of a
-    few thousand boxes never pays back).  The rounds' chunks do not depend on the runner, so
-    switching runners mid-search changes no number."""
+    core once it has spent ``after_s`` seconds evaluating boxes here (a pool takes about a second
+    of each core to start, which a search of a few seconds never pays back; counted in boxes,
+    the switch came after 20,000 of them, 12-20 s of a 4-D search, on one core).  The rounds'
+    chunks do not depend on the runner, so switching runners mid-search changes no number."""
 
-    def __init__(self, problem: Problem, workers: int, after: int = AUTO_POOL_AFTER):
-        self.problem, self.workers, self.after = problem, workers, after
-        self.local, self.pool, self.boxes = InProcess(problem), None, 0
+    def __init__(self, problem: Problem, workers: int, after_s: float = AUTO_POOL_AFTER_S):
+        self.problem, self.workers, self.after_s = problem, workers, after_s
+        self.local, self.pool, self.boxes, self.local_s = InProcess(problem), None, 0, 0.0
 
     def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
-        if self.pool is None and self.boxes >= self.after:
+        import time
+        if self.pool is None and self.local_s >= self.after_s:
             self.pool = Processes(self.problem, self.workers)
         self.boxes += sum(len(lo) for lo, _ in chunks)
-        return (self.pool or self.local).map(eps, chunks, task)
+        if self.pool is not None:
+            return self.pool.map(eps, chunks, task)
+        started = time.perf_counter()
+        try:
+            return self.local.map(eps, chunks, task)
+        finally:
+            self.local_s += time.perf_counter() - started
 
     def close(self) -> None:
         if self.pool is not None:
