@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from contextlib import contextmanager
 from typing import Any
 
@@ -231,7 +232,6 @@ class Growing:
         self.local, self.pool, self.boxes, self.local_s = InProcess(problem), None, 0, 0.0
 
     def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
-        import time
         if self.pool is None and self.local_s >= self.after_s:
             self.pool = Processes(self.problem, self.workers)
         self.boxes += sum(len(lo) for lo, _ in chunks)
