@@ -41,7 +41,8 @@ ROWS = {
     "point_robot": ("point_robot", "4-32-32-1 Softplus", None, "the certifier's own scaling study (issue 21); "
                                                                "no published time"),
 }
-TARGETS = {"point_robot": 60.0}     # seconds, where the target is not 10x a published time
+TARGETS = {"point_robot": 60.0}     # seconds, where the target is not 10x a published time: issue 21's,
+                                    # for both columns (continuous time and the 10 ms hold)
 SPEEDUP = 10.0          # the target: >= 10x faster than the published continuous-time time
 
 
@@ -93,13 +94,14 @@ def certify_row(out: Path, time_limit: float, **kwargs) -> dict:
 
 def table(results: list[dict]) -> str:
     head = ("| plant (n, m) | network | continuous time, boundary condition, in D | 10 ms hold, in D | published (exact verifier, "
-            "continuous time) | target (>= 10x faster, or issue 21's) | met |")
+            "continuous time) | target (>= 10x faster, or issue 21's for both columns) | met |")
     lines = [head, "|" + "---|" * 7]
     for r in results:
         pub = r["published"]
         limit = TARGETS.get(r["row"], pub / SPEEDUP if pub else None)
         target = f"<= {limit:.3g} s" if limit else "n/a"
-        met = ("yes" if r["ct"]["certified"] and r["ct"]["wall"] <= limit else "no") if limit else "n/a"
+        timed = [r["ct"]] + ([r["held"]] if r["row"] in TARGETS and r["held"] else [])
+        met = ("yes" if all(t["certified"] and t["wall"] <= limit for t in timed) else "no") if limit else "n/a"
         boxes = r["ct"]["boxes"]
         ct = r["ct"]["verdict"] + (" (by the falsifier, before any box)" if not boxes["evaluated"] else
                                    f" ({boxes['proven']} proven, {boxes['undecided']} undecided boxes)")
