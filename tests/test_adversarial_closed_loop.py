@@ -193,11 +193,10 @@ def exact_filter(rows: list[tuple[np.ndarray, np.ndarray]], u_nom: np.ndarray, l
     return np.clip(u_nom, L, np.maximum(L, U))
 
 
-def filter_rows(lib, system, card, cert, faces, x):
+def filter_rows(lib, system, card, cert, faces, x, f, G):
     """The filter's rows at x (offset, gain), the barrier's from the float32 header with the
-    certificate's margin, the faces' in float64 with theirs."""
+    certificate's margin, the faces' in float64 with theirs; f, G: the plant's at x."""
     from training.margin import margin_from
-    f, G = system.f(x), system.G(x)
     g = card.gains
     if card.order == 1:
         h, lf, lg = lib.lie(x, f, G)
@@ -213,7 +212,7 @@ def filter_rows(lib, system, card, cert, faces, x):
     return rows
 
 
-def adversarial(rows, faces, system, x, lo, hi, runs: np.ndarray) -> np.ndarray:
+def adversarial(rows, faces, system, x, f, G, lo, hi, runs: np.ndarray) -> np.ndarray:
     """Even runs: the input-box vertex that lowers the barrier's row the most; odd runs: the one
     that drives toward the nearest face of the domain (through a face coordinate when there is
     one, else along the whole state away from the domain's centre)."""
@@ -222,10 +221,10 @@ def adversarial(rows, faces, system, x, lo, hi, runs: np.ndarray) -> np.ndarray:
     if faces:
         for face in faces:
             near = (face.level(x) <= np.abs(face.bound - 0.5 * (lo[face.coord] + hi[face.coord])))
-            toward_face += np.where(near[:, None], face.row(system.f(x), system.G(x), x)[1], 0.0)
+            toward_face += np.where(near[:, None], face.row(f, G, x)[1], 0.0)
     else:
         away = x - 0.5 * (lo + hi)
-        toward_face = -np.einsum("bi,bij->bj", away, system.G(x))
+        toward_face = -np.einsum("bi,bij->bj", away, G)
     direction = np.where((runs % 2 == 0)[:, None], gain, toward_face)
     return np.where(direction > 0, lo_u(system), hi_u(system))
 
@@ -345,8 +344,9 @@ def test_adversarial_filtered_runs_never_leave_the_certified_set_or_domain(name,
     instants = np.linspace(0.0, dt, CHECK_INSTANTS)[1:]
 
     for step in range(STEPS):
-        rows = filter_rows(lib, system, card, cert, claim.faces, x)
-        u_nom = adversarial(rows, claim.faces, system, x, box_lo, box_hi, runs)
+        f, G = system.f(x), system.G(x)
+        rows = filter_rows(lib, system, card, cert, claim.faces, x, f, G)
+        u_nom = adversarial(rows, claim.faces, system, x, f, G, box_lo, box_hi, runs)
         u = exact_filter(rows, u_nom, lo_u(system), hi_u(system))
         if step % 2500 == 0:            # the closed form is the shipped OSQP filter's answer
             from cbfsim.barriers import CompiledBarrier
