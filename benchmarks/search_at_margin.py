@@ -6,6 +6,8 @@ first, no coverage estimate: only the search `cbfsim certify` repeats per margin
     python benchmarks/search_at_margin.py experiments/models/vdp 0.05            # the card's period
     python benchmarks/search_at_margin.py experiments/models/vdp 0 --dt 0 --condition boundary
     python benchmarks/search_at_margin.py experiments/models/bicycle 0.15 --max-boxes 40000
+    python benchmarks/search_at_margin.py results/suite/hi_ord8 0 --condition boundary --claim in-domain \
+        --initial-set plant                                    # the literature's claim, as certify_suite
 """
 from __future__ import annotations
 
@@ -27,14 +29,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--condition", choices=("filter", "boundary"), default="filter")
     parser.add_argument("--max-boxes", type=int, default=2_000_000)
     parser.add_argument("--time-limit", type=float, default=1800.0)
+    parser.add_argument("--claim", choices=("closed", "in-domain"), default="closed",
+                        help="as cbfsim certify --claim (in-domain: no closure condition)")
+    parser.add_argument("--initial-set", action="append", default=None,
+                        help="as cbfsim certify --initial-set (LO,...:HI,... or plant; repeatable)")
     args = parser.parse_args(argv)
     from training.certify import branch
-    from training.certify.problem import load_problem
+    from training.certify.build import build_problem
     stem = Path(args.stem)
     onnx, card = (stem / "model.onnx", stem / "model.json") if stem.is_dir() else (stem.with_suffix(".onnx"),
                                                                                  stem.with_suffix(".json"))
-    problem = load_problem(onnx, card, args.dt)
-    problem.condition = args.condition
+    problem = build_problem(onnx, card, dt=args.dt, condition=args.condition, scope=args.claim,
+                            initial_set=args.initial_set)
     fails: collections.Counter = collections.Counter()
     evaluate = branch.evaluate
 
