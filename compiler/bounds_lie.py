@@ -232,10 +232,14 @@ class LieForms:
     def lower(self, u: np.ndarray) -> np.ndarray:
         """(B,) lower bound of L_f h + L_G h . u over the box, for the fixed input u (B, m);
         -inf where not finite."""
-        return _low(self.row(u), self.r)
+        return self.lower_of(self.row(u))
 
-    def lower_with_level(self, u: np.ndarray, gain: float, h_lo: np.ndarray, h_hi: np.ndarray
-                         ) -> tuple[np.ndarray, np.ndarray]:
+    def lower_of(self, row: Form) -> np.ndarray:
+        """``lower`` for a row form the caller already has (``row(u)``)."""
+        return _low(row, self.r)
+
+    def lower_with_level(self, u: np.ndarray, gain: float, h_lo: np.ndarray, h_hi: np.ndarray,
+                         row: Form | None = None) -> tuple[np.ndarray, np.ndarray]:
         """((B,) lower bound of L_f h + L_G h . u + gain h over the box's states whose real h lies in
         [h_lo, h_hi] (B,), (B, n) that bound's |d / dx_i|).
 
@@ -246,8 +250,9 @@ class LieForms:
         Lagrangian relaxation.  It is concave and piecewise linear in lam, so its best lam is
         0, gain, or one where a coefficient of row + lam h vanishes (-c_i / d_i): those n + 2
         are tried, each evaluated with the forms' own sound arithmetic (lam need not be exact;
-        gain - lam is an interval).  lam = 0 is the plain bound low(row) + gain h_lo."""
-        row = self.row(u)
+        gain - lam is an interval).  lam = 0 is the plain bound low(row) + gain h_lo.  ``row``:
+        ``self.row(u)`` when the caller already has it."""
+        row = self.row(u) if row is None else row
         c, d = row.coef[:, :, 0], self.h.coef[:, :, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             kinks = np.where(d != 0, -c / np.where(d != 0, d, 1.0), 0.0)

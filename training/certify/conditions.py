@@ -267,12 +267,13 @@ def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, leve
     slope = np.zeros(box.shape)
     for u in (_candidate_inputs(problem, batch) if common_u is None else [common_u]):
         F = plant_box.f + (plant_box.G * Interval.point(u)[:, None, :]).sum(-1)
+        row = forms.row(u)
         with np.errstate(invalid="ignore", over="ignore"):
             err = np.sum(grad_rounding * F.mag, axis=-1) * _UP
-            low = np.nextafter(np.nextafter(forms.lower(u) + plain, -np.inf) - err, -np.inf)
+            low = np.nextafter(np.nextafter(forms.lower_of(row) + plain, -np.inf) - err, -np.inf)
         row_slope = forms.slope(u)
         if band is not None:
-            traded, traded_slope = forms.lower_with_level(u, gain, *band)
+            traded, traded_slope = forms.lower_with_level(u, gain, *band, row=row)
             with np.errstate(invalid="ignore", over="ignore"):
                 traded = np.nextafter(np.nextafter(traded - header, -np.inf) - err, -np.inf)
             row_slope = np.where((traded > low)[:, None], traded_slope, row_slope)

@@ -229,12 +229,11 @@ class Growing:
 
     def __init__(self, problem: Problem, workers: int, after_s: float = AUTO_POOL_AFTER_S):
         self.problem, self.workers, self.after_s = problem, workers, after_s
-        self.local, self.pool, self.boxes, self.local_s = InProcess(problem), None, 0, 0.0
+        self.local, self.pool, self.local_s = InProcess(problem), None, 0.0
 
     def map(self, eps: float, chunks: list[Chunk], task: str = "evaluate") -> list:
         if self.pool is None and self.local_s >= self.after_s:
             self.pool = Processes(self.problem, self.workers)
-        self.boxes += sum(len(lo) for lo, _ in chunks)
         if self.pool is not None:
             return self.pool.map(eps, chunks, task)
         started = time.perf_counter()
