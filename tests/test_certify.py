@@ -233,6 +233,46 @@ def test_a_dimension_only_the_plant_reads_is_split_even_when_the_network_gradien
     assert split_dimension(width, np.where(read, grad, 0.0), split, span)[0] == 1
 
 
+def test_eager_splits_tile_each_box_exactly_and_follow_the_split_rule():
+    """A box halved k times in one round must become 2^k pieces that tile it (no gap, no
+    overlap: every sampled point lies in exactly one piece of its own box), each piece
+    halved along the edges ``split_dimension`` would pick for it in turn."""
+    from training.certify.branch import EAGER_LEVELS, split_dimension, split_pieces, split_sequence
+    rng = np.random.default_rng(3)
+    n, boxes, levels = 3, 5, 4
+    lo = rng.uniform(-2, 0, (boxes, n))
+    hi = lo + rng.uniform(0.1, 2, (boxes, n))
+    grad = rng.uniform(0, 3, (boxes, n))
+    span, split = np.full(n, 4.0), np.ones(n, dtype=bool)
+    dims = split_sequence(hi - lo, grad, split, span)
+    assert dims.shape == (boxes, EAGER_LEVELS)
+    plo, phi = split_pieces(lo, hi, dims, levels)
+    assert len(plo) == boxes * 2 ** levels
+    owner = np.tile(np.arange(boxes), 2 ** levels)
+    assert np.allclose(np.prod(phi - plo, axis=1).reshape(-1, boxes).sum(0), np.prod(hi - lo, axis=1))
+    for b in range(boxes):
+        x = rng.uniform(lo[b], hi[b], (2000, n))
+        mine = np.flatnonzero(owner == b)
+        inside = np.all((plo[mine][None] < x[:, None]) & (x[:, None] < phi[mine][None]), axis=2)
+        assert np.all(inside.sum(1) == 1)
+    # the pieces of each box share their widths, and level by level the rule picks the edge
+    width = (hi - lo).copy()
+    for level in range(levels):
+        picked = split_dimension(width, grad, split, span)
+        assert np.array_equal(picked, dims[:, level])
+        width[np.arange(boxes), picked] /= 2
+    assert np.allclose((phi - plo).reshape(2 ** levels, boxes, n), width[None])
+
+
+def test_eager_levels_fill_the_next_round_only_and_respect_the_minimum_width():
+    from training.certify.branch import EAGER_FILL, eager_levels
+    dims = np.zeros((4, 8), dtype=int)
+    rel = np.ones((4, 2))
+    levels = eager_levels(0, rel, dims, 2.0 ** -30)
+    assert 4 * 2 ** levels <= EAGER_FILL < 4 * 2 ** (levels + 1)
+    assert eager_levels(EAGER_FILL, rel, dims, 2.0 ** -30) == 1         # a full queue: one halving, as before
+    assert eager_levels(0, rel, dims, 0.3) == 2                          # 1 -> 1/2 -> 1/4 < 0.3: stop at 2
+
 def _admissible_extremes(seq, x, eps, scale=None):
     """The inputs the filter may return at x that push h down hardest: the box end against
     L_G h, moved back until the row a.u + b reaches eps (times bias + w.x with a state

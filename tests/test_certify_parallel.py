@@ -29,6 +29,7 @@ def _recorded() -> tuple[float, float]:
 def _without_timing(cert) -> dict:
     d = cert.to_dict()
     d.pop("wall_time_s")
+    d.pop("report_time_s")
     for t in d["margins_tried"]:
         t.pop("time_s")
     return d

@@ -421,6 +421,10 @@ def _margin_text(problem: Problem, eps: float) -> str:
 
 def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]], wall: float,
                  walls: MarginWalls | None = None, runner: Any = None) -> Certificate:
+    """The verdict of ``r`` (found in ``wall`` seconds) with its report: the claim, the coverage
+    volumes and the backup-safe share, timed apart (``report_time_s``): they describe the
+    proven set, they prove nothing."""
+    report_started = time.monotonic()
     from .replay import replay_command
     names = [k for k in NAMES if k != "initial" or problem.initial]
     for k in names:
@@ -448,11 +452,13 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
                   + (f"; search ended early: {r.stopped}" if r.stopped else ""))
         if walls is not None and walls.describe():
             reason += f"; margins: {walls.describe()}" + (f" ({walls.crossed})" if walls.crossed else "")
+    claim = _claim(problem, coordinates, r.eps)
+    sampled_coverage = _sampled_coverage(problem)
     return Certificate(
-        certified=r.certified, claim=_claim(problem, coordinates, r.eps), system=problem.system.name,
+        certified=r.certified, claim=claim, system=problem.system.name,
         order=problem.order, dt=problem.dt, margin=r.eps, conditions=conditions,
         boxes={"proven": r.proven, "refuted": r.refuted, "undecided": r.undecided, "evaluated": r.evaluated},
-        certified_coverage=coverage, sampled_coverage=_sampled_coverage(problem), closed_in_domain=closed,
+        certified_coverage=coverage, sampled_coverage=sampled_coverage, closed_in_domain=closed,
         undecided=r.undecided_boxes, rounding=f"{r.rounding} (largest bound met: h {r.rounding_max['h']:.3g}, grad h {r.rounding_max['grad']:.3g})", wall_time_s=round(wall, 3),
         versions={"cbfsim": _version(), "numpy": np.__version__,
                   "python": platform.python_version()},
@@ -461,4 +467,5 @@ def _certificate(problem: Problem, r: SearchResult, tried: list[dict[str, Any]],
         backup_safe_fraction=backup_fraction,
         sound_backup_share=(coverage / backup_fraction) if backup_fraction else None,
         coordinates=coordinates, faces={f.name: {"gamma": f.gamma, "margin": f.margin} for f in problem.faces},
-        scope=problem.scope, problem=dict(problem.spec), command=problem.command)
+        scope=problem.scope, problem=dict(problem.spec), command=problem.command,
+        report_time_s=round(time.monotonic() - report_started, 3))

@@ -10,7 +10,10 @@ Dask: ``shards.py``), merges the chunks in order, and
   fixed: not certified),
 * splits the others in two along the edge with the largest variation of h (width times the
   gradient bound, ``split_dimension``), among the dimensions anything depends on (never e.g.
-  the bicycle's p_x, which neither the network nor the plant reads),
+  the bicycle's p_x, which neither the network nor the plant reads); while the open boxes
+  are few, into 2^k pieces at once by the same rule (``eager_levels``): a round costs about
+  the same for 1 box as for a chunk of them, so the first rounds would otherwise be spent on
+  a handful of boxes each,
 * or leaves them undecided once the edge is below ``min_width`` (relative), the box budget
   is spent or the deadline has passed.  Undecided is never proven.
 
@@ -39,6 +42,8 @@ SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
 CHUNK = 256                       # boxes per chunk of a round (fixed: the worker count changes no number)
+EAGER_LEVELS = 8                  # at most this many halvings of one box in one round (eager_levels)
+EAGER_FILL = CHUNK // 2           # ... while the next round stays within this many boxes
 
 
 @dataclass
@@ -70,7 +75,7 @@ class ChunkResult:
     refuted: np.ndarray           # (B,) bool: a confirmed counterexample in the box
     inside: np.ndarray            # (B,) bool: the box lies in the certified set
     meets: np.ndarray             # (B,) bool: the box may meet the certified set
-    dim: np.ndarray               # (B,) int: the edge to halve
+    dim: np.ndarray               # (B, EAGER_LEVELS) int: the edges to halve, in turn (``split_sequence``)
     worst: np.ndarray             # (B,) the worst condition's bound (the children's priority)
     failing: np.ndarray           # (B, len(NAMES)) bool: the condition's bound is < 0
     sampled: np.ndarray           # (B,) the sampled-data bound (the falsifier starts from the worst)
@@ -88,7 +93,7 @@ def evaluate_chunk(problem: Problem, eps: float, blo: np.ndarray, bhi: np.ndarra
     rel = (bhi - blo) / span
     proven = bounds.proven
     refuted = _refute(problem, local, blo, bhi, bounds, ~proven, rel, eps)
-    dim = split_dimension(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), problem.splittable, span)
+    dim = split_sequence(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), problem.splittable, span)
     scores = np.stack([bounds.scores[k] for k in NAMES])
     rounding = (local.rounding, local.rounding_max["h"], local.rounding_max["grad"]) if local.rounding else None
     return ChunkResult(proven, refuted, bounds.inside_set, bounds.meets_set, dim, np.min(scores, axis=0),
@@ -147,15 +152,15 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
             res.touched[:, 0] |= np.any(reaching[:, None] & (blo <= problem.lo), axis=0)
             res.touched[:, 1] |= np.any(reaching[:, None] & (bhi >= problem.hi), axis=0)
             open_ = ~leaf
-            dim = c.dim
-            too_small = rel[np.arange(len(dim)), dim] < min_width
+            too_small = rel[np.arange(len(blo)), c.dim[:, 0]] < min_width
             stuck = open_ & too_small
             if stuck.any():
                 _leave_undecided(res, blo[stuck], bhi[stuck], "minimum width", c.failing[stuck])
             go = np.flatnonzero(open_ & ~too_small)
             if len(go):
-                halves = halve(blo[go], bhi[go], dim[go])
-                queue.push(halves[0], halves[1], np.concatenate([c.worst[go], c.worst[go]]))
+                levels = eager_levels(len(queue), rel[go], c.dim[go], min_width)
+                lo, hi = split_pieces(blo[go], bhi[go], c.dim[go], levels)
+                queue.push(lo, hi, np.tile(c.worst[go], 2 ** levels))
             done_volume += float(vol[leaf | stuck].sum())
             if progress is not None:
                 progress.n = round(min(done_volume, 1.0), 4)
@@ -186,6 +191,46 @@ def halve(lo: np.ndarray, hi: np.ndarray, dim: np.ndarray) -> tuple[np.ndarray, 
     left_hi[rows, dim] = mid
     right_lo[rows, dim] = mid
     return np.concatenate([lo, right_lo]), np.concatenate([left_hi, hi])
+
+
+def eager_levels(queued: int, rel: np.ndarray, dims: np.ndarray, min_width: float) -> int:
+    """How many times to halve each of the boxes about to be split (relative widths ``rel``
+    (k, n), edge sequences ``dims`` (k, EAGER_LEVELS)): 1, or more while the next round, with
+    the ``queued`` open boxes, stays within EAGER_FILL boxes and no edge halved falls below
+    ``min_width``.  It depends on the open boxes only, so no worker count changes it."""
+    k = len(rel)
+    levels = 1
+    width = rel.copy()
+    rows = np.arange(k)
+    width[rows, dims[:, 0]] /= 2
+    while levels < dims.shape[1] and queued + k * 2 ** (levels + 1) <= EAGER_FILL:
+        edge = dims[:, levels]
+        if np.any(width[rows, edge] < min_width):
+            break
+        width[rows, edge] /= 2
+        levels += 1
+    return levels
+
+
+def split_pieces(lo: np.ndarray, hi: np.ndarray, dims: np.ndarray, levels: int) -> tuple[np.ndarray, np.ndarray]:
+    """The 2^levels pieces of every box (lo, hi) (k, n), halved along ``dims[:, 0]``, then each
+    half along ``dims[:, 1]``, ...: (2^levels k, n) lo and hi, box j's pieces at j, j + k, ..."""
+    for level in range(levels):
+        lo, hi = halve(lo, hi, np.tile(dims[:, level], 2 ** level))
+    return lo, hi
+
+
+def split_sequence(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, span: np.ndarray,
+                   levels: int = EAGER_LEVELS) -> np.ndarray:
+    """(B, levels) the edges ``split_dimension`` picks for a box and then, with the same
+    gradient bound, for its halves in turn (all pieces of one level share their widths)."""
+    width = np.array(width, dtype=float)
+    rows = np.arange(len(width))
+    out = np.empty((len(width), levels), dtype=int)
+    for level in range(levels):
+        out[:, level] = split_dimension(width, grad_mag, split, span)
+        width[rows, out[:, level]] /= 2
+    return out
 
 
 def split_dimension(width: np.ndarray, grad_mag: np.ndarray, split: np.ndarray, span: np.ndarray) -> np.ndarray:
