@@ -31,6 +31,7 @@ sys.path.insert(0, str(ROOT))
 ROWS = {
     "oa_softplus": ("obstacle_avoidance", "3-32-1 Softplus", 7.35, "published 3-32-1 is ReLU"),
     "oa_relu": ("obstacle_avoidance_relu", "3-32-1 ReLU", 7.35, ""),
+    "oa_softplus_64": ("obstacle_avoidance_64", "3-64-64-1 Softplus", 11748.0, "published 3-64-64-1 is ReLU"),
     "darboux": ("darboux", "2-32-32-1 Softplus", None, "published 0.27-620 s over 2-20-1 ... 2-512-512-1 ReLU; "
                                                        "no per-size time in our notes"),
     "spacecraft": ("spacecraft", "6-8-8-8-1 Softplus", 89.0, "published 3 x 8 is ReLU"),

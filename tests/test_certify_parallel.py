@@ -35,6 +35,16 @@ def _without_timing(cert) -> dict:
     return d
 
 
+@pytest.fixture(scope="module", autouse=True)
+def small_chunks():
+    """Chunks of 64 boxes, so that the workers share most rounds (the vdp search's rounds hold
+    at most a few hundred boxes: one chunk each at the default CHUNK) and the merge order counts."""
+    from training.certify import branch
+    saved, branch.CHUNK = branch.CHUNK, 64
+    yield
+    branch.CHUNK = saved
+
+
 @pytest.fixture(scope="module")
 def fast_coverage():
     """The coverage refinement with a smaller budget (the same for every run: it only shortens

@@ -126,7 +126,7 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     t = sub.add_parser("train", help="train a barrier, verify the compiled model, write model.onnx/json",
                        description=TRAIN_HELP)
     t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum, dubins, or a literature "
-                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_relu, spacecraft, hi_ord8, "
+                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_64, obstacle_avoidance_relu, spacecraft, hi_ord8, "
                         "point_robot) "
                         "(default: none)")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")

@@ -126,6 +126,9 @@ PRESETS: dict[str, TrainConfig] = {
     "obstacle_avoidance": TrainConfig(
         system="obstacle_avoidance", hidden=[32], activation="softplus", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    "obstacle_avoidance_64": TrainConfig(
+        system="obstacle_avoidance", hidden=[64, 64], activation="softplus", order=1, gamma=1.0,
+        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
     "obstacle_avoidance_relu": TrainConfig(
         system="obstacle_avoidance", hidden=[32], activation="relu", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.01),

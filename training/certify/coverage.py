@@ -119,6 +119,7 @@ def plane_volume(problem: Problem, _eps: float, lo: np.ndarray, hi: np.ndarray) 
 
 
 PLANE_CELLS = 512        # cells per leftover box that its linear lower bound of h decides
+PLANE_CHUNK = 256        # boxes per plane evaluation (its cells are (boxes, PLANE_CELLS, n) arrays)
 
 
 def plane_inside(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarray) -> float:
@@ -137,13 +138,12 @@ def plane_cells(problem: Problem, lo: np.ndarray, hi: np.ndarray, cut: np.ndarra
     lower plane (B, K), each cell's volume relative to D's (B,)); see ``plane_inside``."""
     from compiler.bounds import enclose
     from compiler.bounds_linear import lower_plane
-    from .branch import CHUNK
     dims = np.flatnonzero(cut)
     k = max(2, int(round(PLANE_CELLS ** (1.0 / len(dims)))))
     grid = np.stack(np.meshgrid(*[np.arange(k)] * len(dims), indexing="ij"), -1).reshape(-1, len(dims))
     span = problem.hi - problem.lo
-    for i in range(0, len(lo), CHUNK):
-        a, b = lo[i:i + CHUNK], hi[i:i + CHUNK]
+    for i in range(0, len(lo), PLANE_CHUNK):
+        a, b = lo[i:i + PLANE_CHUNK], hi[i:i + PLANE_CHUNK]
         box = Interval(a, b)
         plane = lower_plane(problem.model, box, enclose(problem.model, box, order=0, float32=True).rounding.h)
         if plane is None:
