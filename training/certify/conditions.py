@@ -287,8 +287,11 @@ def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, leve
 
 
 def _candidate_inputs(problem: Problem, batch: int) -> list[np.ndarray]:
-    """Every vertex of the input box and its centre, each (B, m)."""
+    """Every vertex of the input box and its centre, each (B, m); an autonomous plant (m = 0),
+    the one empty input (its vertex and its centre are the same)."""
     lo, hi = np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float)
+    if not len(lo):
+        return [np.zeros((batch, 0))]
     picks = [np.where(np.array([(k >> j) & 1 for j in range(len(lo))], dtype=bool), hi, lo) for k in range(2 ** len(lo))]
     return [np.tile(u, (batch, 1)) for u in picks + [0.5 * (lo + hi)]]
 
