@@ -170,12 +170,15 @@ def _widen(x: Interval, e: np.ndarray) -> Interval:
         return Interval(np.nextafter(x.lo - e, -np.inf), np.nextafter(x.hi + e, np.inf), check=False)
 
 
-def enclose(model: Model, box, *, order: int, float32: bool = False, trace: list | None = None) -> Jets:
+def enclose(model: Model, box, *, order: int, float32: bool = False, trace: list | None = None,
+            error_trace: list | None = None) -> Jets:
     """Enclosures of h (B,), grad h (B, n) and, for order 2, the Hessian (B, n, n) over each
     box of the batch ``box`` (Interval (B, n)); ``float32=True`` also covers the float32
     header's own rounding (bound in the module docstring and in ``Jets.rounding``).
     ``trace``: a list that receives (layer, enclosure of the layer's input (B, width)) for
-    every layer, in order (the linear relaxations of ``bounds_linear`` start from them)."""
+    every layer, in order (the linear relaxations of ``bounds_linear`` start from them);
+    ``error_trace`` (``float32=True``): a list that receives the float32 header's error bound
+    on that input (B, width) for every layer, in order (``training/certify/patterns.py``)."""
     if order not in (0, 1, 2):
         raise ValueError(f"order must be 0, 1 or 2, got {order}")
     if float32:
@@ -196,6 +199,8 @@ def enclose(model: Model, box, *, order: int, float32: bool = False, trace: list
     for layer in model.layers:
         if trace is not None:
             trace.append((layer, a))
+        if error_trace is not None and errors is not None:
+            error_trace.append(np.array(errors.a, copy=True))
         if isinstance(layer, Periodic):
             src, value, d1, d2 = enclose_embedding(layer, a)
             ac = enclose_embedding(layer, ac)[1]

@@ -54,6 +54,7 @@ from compiler.ir import Activation
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
 from .centred import best_vertex, centred_row
+from .patterns import pattern_row, supported
 from .containment import traded_containment
 from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
@@ -306,12 +307,26 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     feas = np.where(on_zero, rate.lo, inf)
     split_by = _split_weights(t32)
     feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by, on_level=True)
+    if problem.relu_like:
+        feas = _pattern_row(problem, box, plant, feas)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos,
                       "initial": _initial(problem, box, t32)},
                      meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
+
+
+def _pattern_row(problem: Problem, box: Interval, plant: PlantTerms, feas: np.ndarray) -> np.ndarray:
+    """The boundary score of a ReLU network, raised by its activation patterns (``patterns.py``)
+    on the boxes where the interval bound fails and few neurons are unstable."""
+    idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
+    if not len(idx) or not supported(problem.model):
+        return feas
+    out = feas.copy()
+    rows = pattern_row(problem.model, box[idx], plant.f[idx], plant.G[idx], _candidate_inputs(problem, len(idx)))
+    out[idx] = np.maximum(feas[idx], rows)
+    return out
 
 
 def _sampled(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, a32: Interval, b32: Interval,
