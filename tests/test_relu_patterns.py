@@ -97,3 +97,12 @@ def test_boxes_with_too_many_unstable_neurons_are_left_to_the_intervals():
     g, _, _ = pattern_gradients(model, box)
     assert np.isnan(g).all()
     assert MAX_UNSTABLE < 32
+
+
+def test_a_network_without_hidden_units_has_one_pattern_per_box():
+    """An affine barrier (one Dense layer): its one gradient on every box, whatever the batch."""
+    net = torch.nn.Sequential(torch.nn.Linear(3, 1)).float().eval()
+    model = load_torch(net, input_dim=3)
+    box = _boxes(np.random.default_rng(0), 5, 0.2)
+    g, _, _ = pattern_gradients(model, box)
+    assert g.shape[0] == 5 and np.allclose(g, net[0].weight.detach().double().numpy()[0])

@@ -38,30 +38,36 @@ def supported(model) -> bool:
     return all(isinstance(l, Dense) or (isinstance(l, Activation) and l.kind == "relu") for l in layers)
 
 
-def pattern_gradients(model, box: Interval) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(gradients (B, P, n), their float64 rounding bound (B, P, n), the header's tangent
-    rounding bound (B, n)) for every pattern of each box's unstable neurons, P = 2^MAX_UNSTABLE
-    (patterns past a box's own 2^k repeat); rows of boxes with more unstable neurons are NaN."""
-    model = canonicalize(model)
+def neuron_states(model, box: Interval) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """(active, unstable) (B, width) per ReLU layer of the canonical ``model`` over ``box``: the
+    pre-activation enclosure, widened by the header's error bound on it, above 0 / across it."""
     trace, errors = [], []
     enclose(model, box, order=1, float32=True, trace=trace, error_trace=errors)
-    dense = [l for l in model.layers if isinstance(l, Dense)]
     active, unstable = [], []
     for (layer, a), e in zip(trace, errors):
         if isinstance(layer, Activation):
-            lo, hi = a.lo - e * _UP, a.hi + e * _UP
-            active.append(np.nextafter(lo, -np.inf) > 0)
-            unstable.append(~active[-1] & (np.nextafter(hi, np.inf) > 0))
-    batch, n = box.shape
-    P = 2 ** MAX_UNSTABLE
+            lo, hi = np.nextafter(a.lo - e * _UP, -np.inf), np.nextafter(a.hi + e * _UP, np.inf)
+            active.append(lo > 0)
+            unstable.append(~active[-1] & (hi > 0))
+    return active, unstable
+
+
+def gradients(model, active: list[np.ndarray], unstable: list[np.ndarray], patterns: int, batch: int
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(gradients (B, P, n), their float64 rounding bound (B, P, n), the header's tangent
+    rounding bound (B, n)) of the canonical ``model`` for P = ``patterns`` patterns of each
+    box's unstable neurons (bit j of pattern p: the j-th unstable neuron, layer by layer, is
+    active; past a box's own 2^k patterns they repeat)."""
+    dense = [l for l in model.layers if isinstance(l, Dense)]
+    n = model.input_dim
     loose = np.concatenate(unstable, axis=1) if unstable else np.zeros((batch, 0), dtype=bool)
-    rank = np.cumsum(loose, axis=1) - 1
-    bits = (np.arange(P)[None, :, None] >> np.clip(rank, 0, None)[:, None, :]) & 1         # (B, P, W)
+    rank = np.clip(np.cumsum(loose, axis=1) - 1, 0, None)
+    bits = (np.arange(patterns)[None, :, None] >> rank[:, None, :]) & 1                    # (B, P, W)
     cuts = np.cumsum([u.shape[1] for u in unstable])[:-1]
     masks = [np.where(u[:, None, :], b, act[:, None, :]).astype(float)
              for u, b, act in zip(unstable, np.split(bits, cuts, axis=2), active)]
     # backward through the layers: v = W_L, then (v * M) @ W for each hidden layer downwards
-    v = np.broadcast_to(dense[-1].weight[0], (batch, P, dense[-1].in_dim))
+    v = np.broadcast_to(dense[-1].weight[0], (batch, patterns, dense[-1].in_dim))
     v_abs = np.abs(v)
     depth = dense[-1].in_dim
     for mask, layer in zip(reversed(masks), reversed(dense[:-1])):
@@ -79,24 +85,38 @@ def pattern_gradients(model, box: Interval) -> tuple[np.ndarray, np.ndarray, np.
         t_abs = t_abs @ aw
         if keep is not None:
             e_t, t_abs = e_t * keep, t_abs * keep
-    too_many = loose.sum(axis=1) > MAX_UNSTABLE
-    v = np.where(too_many[:, None, None], np.nan, v)
     return v, err64, e_t[:, :, 0]
+
+
+def pattern_gradients(model, box: Interval) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``gradients`` with 2^MAX_UNSTABLE patterns for every box of ``box``; the rows of boxes
+    with more unstable neurons are NaN."""
+    model = canonicalize(model)
+    active, unstable = neuron_states(model, box)
+    g, err64, e_t = gradients(model, active, unstable, 2 ** MAX_UNSTABLE, box.shape[0])
+    too_many = sum((u.sum(axis=1) for u in unstable), np.zeros(box.shape[0])) > MAX_UNSTABLE
+    return np.where(too_many[:, None, None], np.nan, g), err64, e_t
 
 
 def pattern_row(model, box: Interval, f: Interval, G: Interval, candidates: list[np.ndarray]) -> np.ndarray:
     """(B,) lower bound of the boundary row over each box (module docstring): the least, over
     the patterns, of the best candidate input's bound (each (B, m)); -inf where a box has more
-    than MAX_UNSTABLE unstable neurons.  ``f`` (B, n), ``G`` (B, n, m): the plant's enclosures."""
-    g, err64, e_t = pattern_gradients(model, box)
-    bad = np.isnan(g).any(axis=(1, 2))
-    g = np.where(bad[:, None, None], 0.0, g)
-    best = np.full(g.shape[:2], -np.inf)
-    for u in candidates:
-        F = f + (G * Interval.point(u)[:, None, :]).sum(-1)                          # (B, n)
-        row = (Interval.point(g) * F[:, None, :]).sum(-1)                             # (B, P)
-        with np.errstate(invalid="ignore", over="ignore"):
-            loss = np.sum((err64 + e_t[:, None, :]) * F.mag[:, None, :], axis=-1) * _UP
-            low = np.nextafter(row.lo - loss, -np.inf)
-        best = np.maximum(best, np.where(np.isnan(low), -np.inf, low))
-    return np.where(bad, -np.inf, best.min(axis=1))
+    than MAX_UNSTABLE unstable neurons.  ``f`` (B, n), ``G`` (B, n, m): the plant's enclosures.
+    Boxes are grouped by their count k of unstable neurons, each group with its 2^k patterns."""
+    model = canonicalize(model)
+    active, unstable = neuron_states(model, box)
+    count = sum((u.sum(axis=1) for u in unstable), np.zeros(box.shape[0], dtype=int))
+    out = np.full(box.shape[0], -np.inf)
+    for k in np.unique(count[count <= MAX_UNSTABLE]):
+        sel = np.flatnonzero(count == k)
+        g, err64, e_t = gradients(model, [a[sel] for a in active], [u[sel] for u in unstable], 2 ** int(k), len(sel))
+        best = np.full(g.shape[:2], -np.inf)
+        for u in candidates:
+            F = f[sel] + (G[sel] * Interval.point(u[sel])[:, None, :]).sum(-1)          # (b, n)
+            row = (Interval.point(g) * F[:, None, :]).sum(-1)                             # (b, P)
+            with np.errstate(invalid="ignore", over="ignore"):
+                loss = np.sum((err64 + e_t[:, None, :]) * F.mag[:, None, :], axis=-1) * _UP
+                low = np.nextafter(row.lo - loss, -np.inf)
+            best = np.maximum(best, np.where(np.isnan(low), -np.inf, low))
+        out[sel] = best.min(axis=1)
+    return out
