@@ -1,0 +1,57 @@
+"""training/distil.py: a ReLU student of a smooth teacher.
+
+References: the teacher's own torch module in float64 (the ONNX round trip must reproduce it),
+torch autograd for gradients, and the plant's float64 numpy f and G for the boundary row.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from systems import get_system  # noqa: E402
+from training.distil import boundary_row, distil_relu, teacher_module  # noqa: E402
+from training.network import export_onnx  # noqa: E402
+
+
+def _teacher(tmp_path, n: int = 3):
+    torch.manual_seed(1)
+    net = torch.nn.Sequential(torch.nn.Linear(n, 16), torch.nn.Softplus(), torch.nn.Linear(16, 1)).float().eval()
+    return net, export_onnx(net, tmp_path / "teacher.onnx", n)
+
+
+def test_the_teacher_module_is_the_onnx_network(tmp_path):
+    net, path = _teacher(tmp_path)
+    x = torch.tensor(np.random.default_rng(0).uniform(-2, 2, (500, 3)))
+    with torch.no_grad():
+        assert torch.allclose(teacher_module(path)(x), net.double()(x), rtol=0, atol=1e-12)
+
+
+def test_the_boundary_row_is_the_plants_sup_over_inputs():
+    system = get_system("obstacle_avoidance")
+    rng = np.random.default_rng(2)
+    x, g = rng.uniform(-2, 2, (300, 3)), rng.normal(size=(300, 3))
+    row = boundary_row(system, torch.tensor(x), torch.tensor(g)).numpy()
+    a = np.einsum("bi,bij->bj", g, system.G(x))
+    best = np.maximum(a * system.u_min, a * system.u_max).sum(1)
+    assert np.allclose(row, np.einsum("bi,bi->b", g, system.f(x)) + best, rtol=0, atol=1e-12)
+
+
+def test_the_student_is_a_relu_network_close_to_its_teacher(tmp_path):
+    """A short fit (300 steps) brings the ReLU student within a small share of the teacher's
+    range, in value and in gradient, on fresh states of D; the file is a plain ReLU MLP."""
+    import onnx
+    _, path = _teacher(tmp_path)
+    system = get_system("obstacle_avoidance")
+    out = distil_relu(path, system, tmp_path / "student", [32], fit_steps=300, tune_steps=20, batch=2048)
+    ops = {node.op_type for node in onnx.load(out).graph.node}
+    assert "Relu" in ops and "Softplus" not in ops
+    teacher, student = teacher_module(path), teacher_module(out)
+    x = torch.tensor(np.random.default_rng(3).uniform(-2, 2, (4000, 3)), requires_grad=True)
+    h_t, h_s = teacher(x)[:, 0], student(x)[:, 0]
+    g_t = torch.autograd.grad(h_t.sum(), x)[0]
+    g_s = torch.autograd.grad(h_s.sum(), x)[0]
+    spread = float(h_t.detach().max() - h_t.detach().min())
+    assert float((h_s - h_t).detach().abs().max()) < 0.1 * spread
+    assert float((g_s - g_t).norm(dim=1).median()) < 0.25 * float(g_t.norm(dim=1).median())
