@@ -311,8 +311,9 @@ def _backup_safe(problem: Problem) -> tuple[float | None, float | None]:
     b = problem.backup
     if b is None or not len(x):
         return None, None
-    safe = backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"], b["hold"],
-                       constant=b["input"])
+    with np.errstate(over="ignore", invalid="ignore"):     # a diverging rollout (Darboux) is not safe, quietly
+        safe = backup_safe(ConstraintTools(problem.system), x, problem.u_lo, problem.u_hi, b["horizon"], b["dt"],
+                           b["hold"], constant=b["input"])
     if not safe.any():
         return None, 0.0
     return float(np.mean(set_level(problem, x[safe]) >= 0)), float(np.mean(safe))
