@@ -4,7 +4,8 @@
     cert = certify("vdp.onnx", "vdp.json", dt=0.01)      # -> Certificate
     cert = certify_module(torch_net, "darboux", condition="boundary", initial_set=["plant"])   # no card
 
-Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``sampled`` (the
+Modules: ``problem`` (loading, refusals), ``terms`` (interval Lie terms), ``patterns`` (a ReLU
+network's boundary row, activation pattern by pattern), ``sampled`` (the
 zero-order-hold condition), ``conditions`` (all conditions on a batch of boxes), ``branch``
 (branch and bound), ``queue`` (its open boxes, spilled to disk when large), ``shards`` (where
 its chunks of boxes are evaluated: this process, worker processes, Dask), ``counterexamples``

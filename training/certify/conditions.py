@@ -35,6 +35,8 @@ its linear forms (``compiler.bounds_lie``) at each vertex of the input box and i
 where they fail on a network of one hidden layer, by its centred form at one input
 (``centred.py``); such a box is split
 along the edge with the largest |d row / dx_i| times its width.  The largest lower bound counts.
+A ReLU network's boundary condition is also bounded piece by piece on boxes with few unstable
+neurons (``patterns.py``: every activation pattern's exact gradient against the plant's F).
 
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
