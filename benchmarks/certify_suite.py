@@ -7,13 +7,14 @@ the targets (issue 21: >= 10x faster than the exact verifier where it published 
 
 The barriers come from `cbfsim train` presets (training/presets.py) with small budgets, so a
 row may well end "refuted" (the trained barrier is wrong and cbfsim says where) or "not
-certified in N s" (undecided): both are reported as they are.  The published times are the
+certified in N s" (undecided): both are reported as they are.  The ReLU rows are distilled from
+Softplus teachers (training/distil.py), one is written down (training/designed.py).  The published times are the
 exact ReLU verifier's (Zhang, Wu, Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080),
 continuous time, no float32 rounding, boundary condition only, and, as every verifier there,
 for states in the domain D (no closure) with the plant's initial set where it has one: so both
 columns here prove that claim (`--claim in-domain`), the float32 header's rounding included.
 
-    python benchmarks/certify_suite.py                       # ~15-20 min on 2 shared cores
+    python benchmarks/certify_suite.py                       # ~30 min on 2 shared cores, trainings included
     python benchmarks/certify_suite.py --only oa_softplus --time-limit 60 --train-time 60
     python benchmarks/certify_suite.py --out results/certify_suite.md --work results/suite
 """

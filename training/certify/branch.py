@@ -130,7 +130,7 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
                 for lo, hi in queue.drain(batch):
                     _leave_undecided(res, lo, hi, res.stopped)
                 break
-            blo, bhi = queue.pop(batch)
+            blo, bhi = queue.pop(min(batch, max_boxes - res.evaluated))     # never past the budget
             starts = range(0, len(blo), chunk)
             parts = runner.map(eps, [(blo[i:i + chunk], bhi[i:i + chunk]) for i in starts])
             if len(parts) != len(starts) or sum(len(p.proven) for p in parts) != len(blo):
