@@ -106,3 +106,13 @@ def test_a_network_without_hidden_units_has_one_pattern_per_box():
     box = _boxes(np.random.default_rng(0), 5, 0.2)
     g, _, _ = pattern_gradients(model, box)
     assert g.shape[0] == 5 and np.allclose(g, net[0].weight.detach().double().numpy()[0])
+
+
+def test_only_dense_and_relu_networks_are_taken():
+    from training.certify.patterns import supported
+    lin = torch.nn.Linear
+    assert supported(load_torch(_net(0), input_dim=3))
+    assert supported(load_torch(torch.nn.Sequential(lin(3, 1)), input_dim=3))
+    softplus = torch.nn.Sequential(lin(3, 4), torch.nn.Softplus(), lin(4, 1))
+    mixed = torch.nn.Sequential(lin(3, 4), torch.nn.ReLU(), lin(4, 4), torch.nn.Tanh(), lin(4, 1))
+    assert not supported(load_torch(softplus, input_dim=3)) and not supported(load_torch(mixed, input_dim=3))

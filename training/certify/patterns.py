@@ -33,9 +33,12 @@ _UP = 1.0 + 2.0 ** -40    # rounds a short sum of nonnegative float64 terms up
 
 
 def supported(model) -> bool:
-    """Dense layers and ReLU only (after the header's canonical folding)."""
-    layers = canonicalize(model).layers
-    return all(isinstance(l, Dense) or (isinstance(l, Activation) and l.kind == "relu") for l in layers)
+    """Dense, ReLU, Dense, ..., ReLU, Dense (after the header's canonical folding): the shape
+    ``gradients`` walks.  Anything else (another activation, a periodic embedding) keeps the
+    interval bound."""
+    shape = "".join("D" if isinstance(l, Dense) else "R" if isinstance(l, Activation) and l.kind == "relu" else "?"
+                    for l in canonicalize(model).layers)
+    return shape.startswith("D") and shape == "D" + "RD" * (len(shape) // 2)
 
 
 def neuron_states(model, box: Interval) -> tuple[list[np.ndarray], list[np.ndarray]]:
