@@ -25,13 +25,16 @@ import numpy as np
 import torch
 from torch import nn
 
+from compiler.activations import ACTIVATIONS
 from compiler.api import load_model
 from compiler.ir import Activation, Dense
 from compiler.passes import canonicalize
+from training.architectures import mlp
 
 
 def teacher_module(onnx_path: str | os.PathLike) -> nn.Sequential:
-    """The teacher's network, from its ONNX file, as a float64 torch module on raw states."""
+    """The teacher's network, from its ONNX file, as a float64 torch module on raw states (its
+    activations from the compiler's table: ``ActivationSpec.torch_module``)."""
     layers: list[nn.Module] = []
     for layer in canonicalize(load_model(onnx_path)).layers:
         if isinstance(layer, Dense):
@@ -40,24 +43,16 @@ def teacher_module(onnx_path: str | os.PathLike) -> nn.Sequential:
                 linear.weight.copy_(torch.as_tensor(layer.weight))
                 linear.bias.copy_(torch.as_tensor(layer.bias))
             layers.append(linear)
-        elif isinstance(layer, Activation) and layer.kind == "softplus":
-            p = dict(layer.params)
-            layers.append(nn.Softplus(beta=p["beta"], threshold=p["threshold"]))
-        elif isinstance(layer, Activation) and layer.kind in ("relu", "tanh", "sigmoid"):
-            layers.append({"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}[layer.kind]())
+        elif isinstance(layer, Activation):
+            layers.append(ACTIVATIONS[layer.kind].torch_module(dict(layer.params)))
         else:
-            raise ValueError(f"teacher layer {layer!r}: only Dense and relu, softplus, tanh, sigmoid are distilled")
+            raise ValueError(f"teacher layer {layer!r}: only Dense layers and activations are distilled")
     return nn.Sequential(*layers).double().eval()
 
 
 def _student(n: int, hidden: list[int], lo: np.ndarray, hi: np.ndarray, seed: int) -> nn.Sequential:
-    torch.manual_seed(seed)
-    widths = [n, *hidden, 1]
-    layers: list[nn.Module] = []
-    for a, b in zip(widths[:-1], widths[1:]):
-        layers += [nn.Linear(a, b), nn.ReLU()]
-    net = nn.Sequential(*layers[:-1]).double()
-    # the input scaling (D to [-1, 1]) folded into the first layer's initial weights
+    """A ReLU ``architectures.mlp``, its first layer scaled so that D maps to [-1, 1] at the start."""
+    net = mlp([n, *hidden, 1], "relu", seed=seed, dtype=torch.float64)
     centre, half = torch.as_tensor((lo + hi) / 2), torch.as_tensor((hi - lo) / 2)
     with torch.no_grad():
         W = net[0].weight / half
