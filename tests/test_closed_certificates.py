@@ -167,7 +167,7 @@ def test_the_joint_feasibility_bound_holds_for_its_input_at_every_state_of_the_e
 
 
 def test_margin_search_moves_down_on_infeasibility_up_on_a_held_input_and_stops_where_the_walls_meet():
-    from training.certify.api import MarginWalls
+    from training.certify.margins import MarginWalls
     from training.certify.branch import SearchResult
 
     def refuted(eps, name):
@@ -254,7 +254,7 @@ def test_a_margin_the_search_ran_out_of_time_at_is_reported_undecided_not_refute
     counterexample), then 0.025, 0.035 and 0.042 ran out of time with their open boxes failing
     sampled data.  The search stops where its walls meet, but the report must not call 0.042
     sampled-unsafe: only 0.0125 was refuted."""
-    from training.certify.api import MarginWalls
+    from training.certify.margins import MarginWalls
     from training.certify.branch import SearchResult
 
     def ended(eps, name=None):

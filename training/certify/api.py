@@ -14,14 +14,13 @@ from .branch import SearchResult, search
 from .certificate import Certificate, ConditionResult
 from .conditions import NAMES
 from .coverage import constraint_volume, refine_inside
+from .margins import MarginWalls, first_margin, recorded_margin, sampled_walls
 from .build import build_problem
 from .problem import CertifyError, Problem
 
 DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
-START_MARGIN = 0.05               # the first margin tried when neither the card nor a certificate records one
-MARGIN_FLOOR, MARGIN_CEILING = 1e-4, 1e3
-RECORDED_SHARE = 0.8              # of the time for the first try when the card records its margin (likely to certify)
-WALLS_MET = 1.3                   # the search stops when the two walls are this close (ratio)
+RECORDED_SHARE = 0.8              # of the time for the first try when it is informed (recorded, or between the
+#                                   sampled walls: likely to certify); later tries take half of what is left
 FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
 FALSIFY_MIN_S = 15.0              # this many seconds, or the attempt's whole time when that is less)
 COVERAGE_SAMPLES = 20_000
@@ -38,9 +37,10 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     ``dt``: the control period (None: the card's ``config.dt_control``, else 0 = continuous
     time).  ``margin``: the filter margin eps; None searches between the two walls: a margin
     too large for the filter to be feasible (a feasibility counterexample) and one too small
-    for the held input (a sampled-data counterexample).  It starts from ``start_margin``, else
-    the margin recorded in the card (``config.filter_margin``) or in the certificate beside it,
-    else ``START_MARGIN``; a feasibility failure moves it down, a sampled-data failure up (by
+    for the held input (a sampled-data counterexample).  Both walls are first estimated from
+    sampled boundary states (``margins.py``).  It starts from ``start_margin``, else the margin
+    recorded in the card (``config.filter_margin``) or in the certificate beside it when that
+    lies between the estimates, else their geometric mean; a feasibility failure moves it down, a sampled-data failure up (by
     bisection once both walls are known), and the first margin that certifies is kept.  Each
     attempt first runs the falsifier (``falsify.py``), which refutes a wrong barrier in seconds
     where the bounds alone would split for minutes.  Runs out of ``time_limit`` seconds (None:
@@ -89,14 +89,14 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
                     started: float, max_boxes: int, min_width: float, progress: bool, runner: Any,
                     spill_at: int | None) -> Certificate:
     """The margin search (``MarginWalls``), one branch and bound per margin tried."""
-    start, recorded = (float(margin), True) if margin is not None else _start_margin(problem, card, start_margin)
-    walls = MarginWalls(start, fixed=margin is not None, recorded=recorded)
+    from .falsify import boundary_states
+    starts = boundary_states(problem, np.random.default_rng(0))     # the falsifier's boundary states, found once
+    walls = _margin_walls(problem, card, margin, start_margin, starts)
     tried: list[dict[str, Any]] = []
     result: SearchResult | None = None
     best: SearchResult | None = None
     budget = max_boxes
     refutations: dict[str, list[dict[str, Any]]] = {}      # condition -> the latest confirmed counterexamples
-    starts = None                                            # the falsifier's boundary states, found once
     eps = walls.next()
     while eps is not None:
         share = 1.0 if walls.fixed else (RECORDED_SHARE if walls.tries == 1 and walls.recorded else 0.5)
@@ -104,9 +104,6 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
         until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
         began = time.monotonic()
         span = until - began if np.isfinite(until) else 2 * FALSIFY_MIN_S
-        if starts is None:
-            from .falsify import boundary_states
-            starts = boundary_states(problem, np.random.default_rng(0))
         attempt = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, span)), starts)
         if attempt is None:
             bar = _progress_bar(eps) if progress else None
@@ -140,76 +137,6 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
     return _certificate(problem, best or result, tried, time.monotonic() - started, walls, runner)
 
 
-class MarginWalls:
-    """The margin search between its two walls: ``high``, the smallest margin the filter is
-    refuted infeasible with (larger ones are infeasible too), and ``low``, the largest one a
-    held input is refuted with (smaller ones leave the set too).  A try that ends undecided
-    moves the wall its failing boxes point at (feasibility: down; sampled data: up), but only a
-    counterexample refutes a margin: the report keeps the two apart (``describe``)."""
-
-    def __init__(self, start: float, fixed: bool = False, recorded: bool = False):
-        self.start, self.fixed, self.recorded = start, fixed, recorded
-        self.low, self.high = 0.0, float("inf")                    # where the search goes on between
-        self.refuted_low, self.refuted_high = 0.0, float("inf")    # what counterexamples refuted
-        self.undecided: list[float] = []
-        self.tries = 0
-        self.crossed = ""
-
-    def record(self, eps: float, attempt: SearchResult) -> None:
-        ce = attempt.counterexamples
-        down = bool(ce["feasibility"]) or (not ce["sampled_data"] and attempt.failing["feasibility"]
-                                           > attempt.failing["sampled_data"])
-        if down:
-            self.high = min(self.high, eps)
-        else:
-            self.low = max(self.low, eps)
-        if ce["feasibility"]:
-            self.refuted_high = min(self.refuted_high, eps)
-        if ce["sampled_data"]:
-            self.refuted_low = max(self.refuted_low, eps)
-        if not ce["feasibility"] and not ce["sampled_data"] and not attempt.certified:
-            self.undecided.append(eps)
-        if ce["feasibility"] and ce["sampled_data"]:
-            self.crossed = f"at margin {eps:g} both the filter's feasibility and the held input fail"
-
-    def next(self) -> float | None:
-        if self.tries == 0:
-            self.tries = 1
-            return self.start
-        if self.fixed or self.crossed or self.low >= self.high:
-            return None
-        if self.high < np.inf and self.low > 0:
-            if self.high / self.low <= WALLS_MET:
-                self.crossed = (f"the walls met: {self._wall(self.high, self.refuted_high, 'infeasible')} at "
-                                f"{self.high:g}, {self._wall(self.low, self.refuted_low, 'sampled-unsafe')} at "
-                                f"{self.low:g}")
-                return None
-            eps = float(np.sqrt(self.low * self.high))
-        elif self.high < np.inf:
-            eps = self.high / 4
-        else:
-            eps = self.low * 4
-        if not MARGIN_FLOOR <= eps <= MARGIN_CEILING:
-            return None
-        self.tries += 1
-        return eps
-
-    def _wall(self, at: float, refuted: float, what: str) -> str:
-        return what if at == refuted else "undecided"
-
-    def describe(self) -> str:
-        """The refuted margins and the undecided ones: a margin the search ran out of time or
-        boxes at is never called infeasible or sampled-unsafe."""
-        parts = []
-        if self.refuted_high < np.inf:
-            parts.append(f"infeasible from {self.refuted_high:g}")
-        if self.refuted_low > 0:
-            parts.append(f"sampled-unsafe up to {self.refuted_low:g}")
-        if self.undecided:
-            parts.append("undecided at " + ", ".join(f"{e:g}" for e in sorted(self.undecided)))
-        return "; ".join(parts)
-
-
 def certify_module(module: Any, system: Any, *, onnx_path: str | os.PathLike | None = None,
                    **kwargs: Any) -> Certificate:
     """``certify`` for a torch ``nn.Module`` (e.g. an ``nn.Sequential`` from any library) and a
@@ -227,31 +154,19 @@ def certify_module(module: Any, system: Any, *, onnx_path: str | os.PathLike | N
     return certify(model, None, system=system, **kwargs)
 
 
-def _start_margin(problem: Problem, card: Any, given: float | None) -> tuple[float, bool]:
-    """(the first margin to try, whether it was recorded): given, else the card's
-    ``config.filter_margin``, else the margin of a certificate beside the card for the same model
-    and period, else START_MARGIN (not recorded)."""
-    if given is not None:
-        return float(given), True
-    if card is None:
-        return START_MARGIN, False
-    from training.model_card import load_card
-    config = load_card(card).config
-    recorded = config.get("filter_margin")
-    if isinstance(recorded, (int, float)) and not isinstance(recorded, bool) and recorded > 0:
-        return float(recorded), True
-    if isinstance(card, (str, os.PathLike)):
-        import json
-        from pathlib import Path
-        path = Path(card).with_suffix(".cert.json")
-        try:
-            old = json.loads(path.read_text())
-        except (OSError, ValueError):
-            old = None
-        if isinstance(old, dict) and old.get("model_hash") == problem.model_hash and old.get("dt") == problem.dt \
-                and isinstance(old.get("margin"), (int, float)) and old["margin"] > 0:
-            return float(old["margin"]), True
-    return START_MARGIN, False
+def _margin_walls(problem: Problem, card: Any, margin: float | None, given: float | None,
+                  starts: np.ndarray) -> MarginWalls:
+    """The margin search's walls and first margin (``margins.py``): ``margin`` alone when fixed;
+    else ``given``, the recorded margin or one between the walls estimated from ``starts``."""
+    if margin is not None:
+        return MarginWalls(float(margin), fixed=True, recorded=True)
+    low, high = sampled_walls(problem, starts)
+    recorded = recorded_margin(problem, card)
+    start = float(given) if given is not None else first_margin(low, high, recorded)
+    informed = given is not None or recorded == start or low < start < high
+    if low < start < high:
+        return MarginWalls(start, recorded=informed, low=low, high=high)
+    return MarginWalls(start, recorded=informed)
 
 
 def _falsified(problem: Problem, eps: float, until: float, starts: np.ndarray) -> SearchResult | None:
