@@ -261,7 +261,9 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--margin", type=nonnegative_float, default=None,
                         help="filter margin eps to prove the loop with; a larger one asks more of the filter "
                              "(default: search between the largest feasible and the smallest sampled-safe margin, "
-                             "starting from the card's recorded margin; times the card's margin_scale bias + w.x "
+                             "starting two thirds up the window estimated from sampled boundary states, or at the "
+                             "card's recorded margin when it lies in the window's upper three quarters; times the "
+                             "card's margin_scale bias + w.x "
                              "when it has one)")
     parser.add_argument("--max-boxes", type=positive_int, default=DEFAULT_MAX_BOXES,
                         help="boxes evaluated before giving up with a verdict of not certified; raise it when "

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import SimpleNamespace
 
+import numpy as np
 import sympy as sp
 
 from .base import ControlAffineSystem, Definition
@@ -24,6 +25,12 @@ class SpacecraftParams:
     radius: float = 0.25      # keep-out ball
     p_max: float = 2.0
     v_max: float = 1.0
+    # braking_margin (the label set, as systems.point_robot's): clearance to the ball, the
+    # braking rate it plans with (below the radial deceleration every state keeps, 1 - drift),
+    # and the radial speed v_star at which it stops braking (the slack every edge state keeps).
+    clearance: float = 0.1
+    brake: float = 0.6
+    v_star: float = 0.2
 
 
 class Spacecraft(ControlAffineSystem):
@@ -48,6 +55,32 @@ class Spacecraft(ControlAffineSystem):
             domain=([-P, -P, -P, -V, -V, -V], [P, P, P, V, V, V]),
             nominal={"dock": [-px - 2 * vx, -py - 2 * vy, -pz - 2 * vz], "zero": [0, 0, 0]},
         )
+
+
+def drift_bound(p: SpacecraftParams) -> float:
+    """sup over D of |A_v x|, the CWH drift of the velocity (Coriolis and tidal terms)."""
+    n, P, V = p.n_orbit, p.p_max, p.v_max
+    return float(np.sqrt((3 * n**2 * P + 2 * n * V) ** 2 + (2 * n * V) ** 2 + (n**2 * P) ** 2))
+
+
+def braking_margin(system: Spacecraft, x: np.ndarray) -> np.ndarray:
+    """A set the chaser can keep out of the keep-out ball with room to spare at every edge
+    state (``label_set`` for training: h >= 0 exactly where this is >= 0).
+
+    With d = |p| - r - clearance and the radial speed s = p.v / |p|, the set is d >= phi(s),
+    phi(s) = (v_star - s)^2 / (2 brake) for s < v_star and 0 beyond.  Along the edge,
+    d/dt (d - phi(s)) = s - phi'(s) sdot with sdot = p.(A_v x + u) / |p| + |v_t|^2 / |p|; some
+    admissible u gives p.u / |p| = |p / |p||_1 >= u_max, and |p.A_v x| / |p| <= drift_bound
+    (0.17 here), so sdot >= u_max - drift_bound > brake and every edge state can raise the margin
+    by at least v_star: s + (v_star - s) sdot / brake >= v_star for s <= v_star, = s beyond."""
+    p = system.params
+    if p.brake >= p.u_max - drift_bound(p):
+        raise ValueError(f"brake {p.brake} must stay below u_max - drift {p.u_max - drift_bound(p):.3f}")
+    x = np.asarray(x, dtype=np.float64)
+    dist = np.linalg.norm(x[..., :3], axis=-1)
+    radial = (x[..., :3] * x[..., 3:]).sum(-1) / np.maximum(dist, 1e-12)
+    short = np.minimum(radial - p.v_star, 0.0)
+    return dist - p.radius - p.clearance - short**2 / (2 * p.brake)
 
 
 def spacecraft(**params: float) -> Spacecraft:

@@ -134,7 +134,9 @@ PRESETS: dict[str, TrainConfig] = {
         rounds=8, max_time=120.0, seed=0, dt_control=0.01),
     "spacecraft": TrainConfig(
         system="spacecraft", hidden=[8, 8, 8], activation="softplus", order=1, gamma=1.0,
-        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+        label_set="systems.spacecraft:braking_margin", safe_margin=0.01, unsafe_margin=0.05,
+        condition_margin=0.02, warm_start_steps=20_000, n_uniform=100_000, check_samples=100_000,
+        rounds=0, max_time=600.0, seed=0, dt_control=0.01),
     "hi_ord8": TrainConfig(
         system="hi_ord8", hidden=[16], activation="softplus", order=1, gamma=1.0,
         label_set="systems.hi_ord8:eigen_halfspace", warm_start_steps=20_000,
