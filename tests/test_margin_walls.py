@@ -52,6 +52,8 @@ def test_the_first_margin_is_a_recorded_one_high_enough_in_the_window_else_two_t
     assert np.isclose(first_margin(0.0, 0.3, None), START_SHARE * 0.3)
     assert first_margin(0.3, 0.2, 0.02) == 0.02 and first_margin(0.3, 0.2, None) == START_MARGIN   # crossed
     assert first_margin(0.0, np.inf, None) == START_MARGIN
+    assert first_margin(0.0, 0.4, 0.02, held=False) == 0.02                  # continuous time: small is easy
+    assert first_margin(0.0, 0.1, None, held=False) == 0.025 and first_margin(0.0, 0.4, None, held=False) == START_MARGIN
 
 
 def test_a_recorded_margin_below_the_window_is_skipped_and_the_search_certifies_inside_it(tmp_path):

@@ -162,7 +162,7 @@ def _margin_walls(problem: Problem, card: Any, margin: float | None, given: floa
         return MarginWalls(float(margin), fixed=True, recorded=True)
     low, high = sampled_walls(problem, starts)
     recorded = recorded_margin(problem, card)
-    start = float(given) if given is not None else first_margin(low, high, recorded)
+    start = float(given) if given is not None else first_margin(low, high, recorded, held=problem.dt > 0)
     informed = given is not None or recorded == start or low < start < high
     if low < start < high:
         return MarginWalls(start, recorded=informed, low=low, high=high)

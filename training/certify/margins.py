@@ -65,18 +65,23 @@ def sampled_walls(problem: Problem, states: np.ndarray) -> tuple[float, float]:
     return low, high
 
 
-def first_margin(low: float, high: float, recorded: float | None) -> float:
+def first_margin(low: float, high: float, recorded: float | None, held: bool = True) -> float:
     """The first margin to try: the recorded one (card or earlier certificate) when it lies in
     the upper three quarters of the estimated walls' window, else START_SHARE of the way from
     low to high; the recorded one, else START_MARGIN, when the walls cross or say nothing.
+    Continuous time (``held`` False) has no sampled side: the smaller the margin the easier, so
+    the recorded one when it is below high, else the smaller of START_MARGIN and high / 4.
 
-    Why not their middle: the bounds pay more on the sampled side (a curvature enclosure, second
-    order) than on feasibility (a gradient enclosure), so the margins that certify fastest sit
-    high in the window.  Point robot at 10 ms (estimated window 0.012-0.255; 2 workers): 0.16
-    certified in 60 s, 0.18 in 50 s, 0.2 in 55 s, 0.24 refuted infeasible.  The shipped barriers'
-    recorded margins (bicycle, Dubins, pendulum, Van der Pol) lie 0.45-0.7 of the way up."""
+    Why high in the window for a held input: the bounds pay more on the sampled side (a
+    curvature enclosure, second order) than on feasibility (a gradient enclosure), so the margins
+    that certify fastest sit high in it.  Point robot at 10 ms (estimated window 0.012-0.255;
+    2 workers): 0.16 certified in 60 s, 0.18 in 50 s, 0.2 in 55 s, 0.24 refuted infeasible.
+    The shipped barriers' recorded margins (bicycle, Dubins, pendulum, Van der Pol) lie
+    0.45-0.7 of the way up."""
     if not low < high or not np.isfinite(high):
         return recorded if recorded is not None else START_MARGIN
+    if not held:
+        return recorded if recorded is not None and recorded < high else min(START_MARGIN, 0.25 * high)
     if recorded is not None and low + RECORDED_WINDOW * (high - low) <= recorded < high:
         return recorded
     return low + START_SHARE * (high - low)
