@@ -39,7 +39,9 @@ ROWS = {
                    "distilled from a Softplus 3-64-64-1 trained with condition margin 0.2 (training/distil.py)"),
     "darboux": ("darboux", "2-32-32-1 Softplus", None, "published 0.27-620 s over 2-20-1 ... 2-512-512-1 ReLU; "
                                                        "no per-size time in our notes"),
-    "spacecraft": ("spacecraft", "6-8-8-8-1 Softplus", 89.0, "published 3 x 8 is ReLU"),
+    "spacecraft": ("spacecraft", "6-16-16-16-1 Softplus", None,
+                   "published 89 s for 3 x 8 to 13,906 s for 3 x 32, ReLU; 3 x 16 is not in our notes. The "
+                   "preset's 3 x 8 fit of the braking set leaves h >= 0 in the keep-out ball (cbfsim verify fails)"),
     "hi_ord8": ("hi_ord8", "8-16-1 Softplus", 35.0, "published 8-16-1 is ReLU"),
     "hi_ord8_eigen": ("hi_ord8", "8-16-1 Softplus, designed", 35.0,
                       "w.x + c from A's left eigenvector (systems.hi_ord8:eigen_halfspace), not trained; "
@@ -47,8 +49,8 @@ ROWS = {
     "point_robot": ("point_robot", "4-32-32-1 Softplus", None, "the certifier's own scaling study (issue 21); "
                                                                "no published time"),
 }
-TARGETS = {"point_robot": 60.0}     # seconds, where the target is not 10x a published time: issue 21's,
-                                    # for both columns (continuous time and the 10 ms hold)
+TARGETS = {"point_robot": (60.0, True),    # row -> (seconds, the 10 ms column too) where the target is
+           "spacecraft": (600.0, False)}   # not 10x a published time for the same network: issue 21's
 SPEEDUP = 10.0          # the target: >= 10x faster than the published continuous-time time
 
 
@@ -124,14 +126,14 @@ def certify_row(out: Path, time_limit: float, **kwargs) -> dict:
 
 def table(results: list[dict]) -> str:
     head = ("| plant (n, m) | network | continuous time, boundary condition, in D: time to the verdict | 10 ms hold, in D | "
-            "published (exact verifier, continuous time) | target (>= 10x faster, or issue 21's for both columns) | met "
-            "(time to the verdict) |")
+            "published (exact verifier, continuous time) | target (>= 10x faster, or issue 21's: point robot both "
+            "columns, spacecraft continuous time) | met (time to the verdict) |")
     lines = [head, "|" + "---|" * 7]
     for r in results:
         pub = r["published"]
-        limit = TARGETS.get(r["row"], pub / SPEEDUP if pub else None)
+        limit, both = TARGETS.get(r["row"], (pub / SPEEDUP if pub else None, False))
         target = f"<= {limit:.3g} s" if limit else "n/a"
-        timed = [r["ct"]] + ([r["held"]] if r["row"] in TARGETS and r["held"] else [])
+        timed = [r["ct"]] + ([r["held"]] if both and r["held"] else [])
         met = ("yes" if all(t["certified"] and t["wall"] <= limit for t in timed) else "no") if limit else "n/a"
         boxes = r["ct"]["boxes"]
         ct = r["ct"]["verdict"] + (" (by the falsifier, before any box)" if not boxes["evaluated"] else
