@@ -42,6 +42,7 @@ def test_below_the_low_wall_a_held_input_leaves_the_set_in_fine_rk4_and_above_it
     assert ce.sampled_candidates(problem, states, worst, 0.5 * low), "no confirmed run leaves the set below low"
     step = high / 2 ** WALL_BISECTIONS
     assert not np.any(period_low(problem, states, low + 1.01 * step)[0] < 0)
+    assert sampled_walls(problem, states, until=0.0) == (0.0, high)        # out of time: no bisection step
 
 
 def test_the_first_margin_is_a_recorded_one_high_enough_in_the_window_else_two_thirds_up():

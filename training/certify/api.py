@@ -21,6 +21,7 @@ from .problem import CertifyError, Problem
 DEFAULT_TIME_LIMIT = 600.0        # seconds: `cbfsim certify` without --time-limit (a verdict, never a hang)
 RECORDED_SHARE = 0.8              # of the time for the first try when it is informed (recorded, or between the
 #                                   sampled walls: likely to certify); later tries take half of what is left
+WALLS_SHARE = 0.1                 # of the time for estimating the margin's walls (margins.sampled_walls)
 FALSIFY_SHARE = 0.1               # of each attempt's time for the falsifier before the search (at least
 FALSIFY_MIN_S = 15.0              # this many seconds, or the attempt's whole time when that is less)
 COVERAGE_SAMPLES = 20_000
@@ -40,8 +41,9 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     for the held input (a sampled-data counterexample).  Both walls are first estimated from
     sampled boundary states (``margins.py``).  It starts from ``start_margin``, else the margin
     recorded in the card (``config.filter_margin``) or in the certificate beside it when that
-    lies between the estimates, else their geometric mean; a feasibility failure moves it down, a sampled-data failure up (by
-    bisection once both walls are known), and the first margin that certifies is kept.  Each
+    lies high enough between the estimates, else two thirds of the way up
+    (``margins.first_margin``); a feasibility failure moves it down, a sampled-data failure up
+    (by bisection), and the first margin that certifies is kept.  Each
     attempt first runs the falsifier (``falsify.py``), which refutes a wrong barrier in seconds
     where the bounds alone would split for minutes.  Runs out of ``time_limit`` seconds (None:
     no limit) or ``max_boxes`` boxes -> not certified with the undecided boxes listed.
@@ -91,7 +93,8 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
     """The margin search (``MarginWalls``), one branch and bound per margin tried."""
     from .falsify import boundary_states
     starts = boundary_states(problem, np.random.default_rng(0))     # the falsifier's boundary states, found once
-    walls = _margin_walls(problem, card, margin, start_margin, starts)
+    now = time.monotonic()
+    walls = _margin_walls(problem, card, margin, start_margin, starts, now + WALLS_SHARE * (deadline - now))
     tried: list[dict[str, Any]] = []
     result: SearchResult | None = None
     best: SearchResult | None = None
@@ -155,12 +158,13 @@ def certify_module(module: Any, system: Any, *, onnx_path: str | os.PathLike | N
 
 
 def _margin_walls(problem: Problem, card: Any, margin: float | None, given: float | None,
-                  starts: np.ndarray) -> MarginWalls:
+                  starts: np.ndarray, until: float) -> MarginWalls:
     """The margin search's walls and first margin (``margins.py``): ``margin`` alone when fixed;
-    else ``given``, the recorded margin or one between the walls estimated from ``starts``."""
+    else ``given``, the recorded margin or one between the walls estimated from ``starts``
+    (by ``until``)."""
     if margin is not None:
         return MarginWalls(float(margin), fixed=True, recorded=True)
-    low, high = sampled_walls(problem, starts)
+    low, high = sampled_walls(problem, starts, until)
     recorded = recorded_margin(problem, card)
     start = float(given) if given is not None else first_margin(low, high, recorded, held=problem.dt > 0)
     informed = given is not None or recorded == start or low < start < high

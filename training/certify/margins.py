@@ -21,6 +21,7 @@ high inside them, and ``MarginWalls`` bisects between them.
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 import numpy as np
@@ -37,10 +38,11 @@ RECORDED_WINDOW = 0.25            # a recorded margin goes first only above this
 START_SHARE = 2.0 / 3.0           # else the first margin lies this share of the way from low to high
 
 
-def sampled_walls(problem: Problem, states: np.ndarray) -> tuple[float, float]:
+def sampled_walls(problem: Problem, states: np.ndarray, until: float = float("inf")) -> tuple[float, float]:
     """(low, high): estimates of the margin's two walls from ``states`` (the falsifier's states
     on and just inside the set's boundary); (0, inf) where they say nothing (no state in the
-    set; no period for low)."""
+    set; no period for low).  The bisection for low stops at ``until`` (time.monotonic) with
+    the largest margin it saw a state leave the set at."""
     x = np.asarray(states, dtype=float)
     x = x[ce.set_level(problem, x) >= 0] if len(x) else x
     if not len(x):
@@ -57,6 +59,8 @@ def sampled_walls(problem: Problem, states: np.ndarray) -> tuple[float, float]:
     if not np.any(period_low(problem, x, 0.0)[0] < 0):
         return 0.0, high
     for _ in range(WALL_BISECTIONS):
+        if time.monotonic() > until:
+            break
         mid = 0.5 * (low + above)
         if np.any(period_low(problem, x, mid)[0] < 0):
             low = mid
