@@ -118,7 +118,8 @@ def certify_row(out: Path, time_limit: float, **kwargs) -> dict:
     if cert.certified:
         verdict = f"certified in {proof:.1f} s{whole}"
     elif refuted:
-        verdict = f"refuted ({', '.join(refuted)}) in {proof:.1f} s{whole}"
+        margins = cert.reason.split("margins: ", 1)[1] if "margins: " in cert.reason else ""
+        verdict = f"refuted ({', '.join(refuted)}{'; margins: ' + margins if margins else ''}) in {proof:.1f} s{whole}"
     else:
         verdict = f"not certified in {proof:.0f} s{whole}"
     return {"verdict": verdict, "certified": cert.certified, "wall": proof, "whole": wall, "boxes": cert.boxes}

@@ -12,10 +12,12 @@ split, in float64 with no interval arithmetic (``counterexamples.point_terms`` a
 falsifier's held-period rollouts):
 * high = min over the states of (b + sup_u a.u) / sigma(x): at any larger margin one of
   them is infeasible, a real violation;
-* low = the largest margin (bisection on [0, high]) at which a state has an admissible held
-  input whose coarse rollout leaves the set: below it the loop is unsafe at that state.
-They are estimates (sampled states, coarse rollouts), never reported as refutations: only a
-confirmed counterexample refutes a margin (``MarginWalls.describe``).  ``first_margin`` starts
+* low = the largest margin (bisection on [0, high], coarse rollouts) at which a state has an
+  admissible held input whose rollout leaves the set, confirmed in the fine rollout the
+  counterexamples are (``counterexamples.RK4_STEPS``): below it the loop is unsafe there.
+They are estimates (sampled states; the largest violating margin only to the bisection's step)
+and are not listed as counterexamples: the report calls a wall they set "estimated from samples"
+(``MarginWalls.describe``).  ``first_margin`` starts
 high inside them, and ``MarginWalls`` bisects between them.
 """
 from __future__ import annotations
@@ -66,7 +68,22 @@ def sampled_walls(problem: Problem, states: np.ndarray, until: float = float("in
             low = mid
         else:
             above = mid
-    return low, high
+    return _confirmed(problem, x, low), high
+
+
+def _confirmed(problem: Problem, x: np.ndarray, low: float) -> float:
+    """``low`` halved until a state leaves the set there in the fine rollout the counterexamples
+    are confirmed with (``counterexamples.RK4_STEPS``), 0 after WALL_BISECTIONS halvings: the
+    coarse bisection's wall is then one a real run crosses."""
+    from .falsify import period_low
+    for _ in range(WALL_BISECTIONS):
+        if low <= 0:
+            break
+        coarse = period_low(problem, x, low)[0] < 0
+        if coarse.any() and np.any(period_low(problem, x[coarse], low, steps=ce.RK4_STEPS)[0] < 0):
+            return low
+        low *= 0.5
+    return 0.0
 
 
 def first_margin(low: float, high: float, recorded: float | None, held: bool = True) -> float:
@@ -121,7 +138,7 @@ class MarginWalls:
     moves the wall its failing boxes point at (feasibility: down; sampled data: up), but only a
     counterexample refutes a margin: the report keeps the two apart (``describe``).  ``low``
     and ``high`` may start at the sampled estimates (``sampled_walls``): they bound where the
-    search goes, and refute nothing."""
+    search goes, and a search that ends at one says so ("estimated from samples")."""
 
     def __init__(self, start: float, fixed: bool = False, recorded: bool = False,
                  low: float = 0.0, high: float = float("inf")):
