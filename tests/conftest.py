@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 IN_CI = os.environ.get("CI", "").lower() == "true"
@@ -117,3 +118,15 @@ def cli_in_process(argv: list[str]) -> subprocess.CompletedProcess:
         except SystemExit as exc:               # argparse: --help (0) or a usage error (2)
             code = exc.code
     return subprocess.CompletedProcess(list(argv), code, out.getvalue(), err.getvalue())
+
+
+def edge_states(margin_of, bearings: np.ndarray, velocities: np.ndarray, far: float, near: float) -> np.ndarray:
+    """States on the edge of a braking set around the origin: along each unit bearing (k, d),
+    with its velocity (k, d), the distance found by 60 bisection steps between ``far`` (inside
+    the set) and ``near`` (outside it); ``margin_of(x)`` >= 0 on the set."""
+    a, b = np.full(len(bearings), float(far)), np.full(len(bearings), float(near))
+    for _ in range(60):
+        mid = (a + b) / 2
+        inside = margin_of(np.hstack([mid[:, None] * bearings, velocities])) >= 0
+        a, b = np.where(inside, mid, a), np.where(inside, b, mid)
+    return np.hstack([a[:, None] * bearings, velocities])

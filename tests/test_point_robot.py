@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.integrate import solve_ivp
 
+from conftest import edge_states
 from systems import get_system
 from systems.point_robot import braking_margin
 
@@ -17,12 +18,7 @@ def _edge_states(robot, count: int, seed: int) -> np.ndarray:
     ang = rng.uniform(-np.pi, np.pi, count)
     vel = rng.uniform(-1, 1, (count, 2))
     along = np.stack([np.cos(ang), np.sin(ang)], axis=1)
-    a, b = np.full(count, 3.0), np.full(count, robot.params.radius)
-    for _ in range(60):
-        mid = (a + b) / 2
-        inside = braking_margin(robot, np.hstack([mid[:, None] * along, vel])) >= 0
-        a, b = np.where(inside, mid, a), np.where(inside, b, mid)
-    return np.hstack([a[:, None] * along, vel])
+    return edge_states(lambda x: braking_margin(robot, x), along, vel, 3.0, robot.params.radius)
 
 
 def test_the_braking_label_set_can_be_held_with_slack_at_every_edge_state():

@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 
+from conftest import edge_states
 from systems import get_system
 from systems.spacecraft import braking_margin, spacecraft
 
@@ -20,12 +21,7 @@ def _edge_states(chaser, count: int, seed: int) -> np.ndarray:
     along = rng.normal(size=(count, 3))
     along /= np.linalg.norm(along, axis=1, keepdims=True)
     vel = rng.uniform(-1, 1, (count, 3))
-    a, b = np.full(count, 6.0), np.full(count, chaser.params.radius)
-    for _ in range(60):
-        mid = (a + b) / 2
-        inside = braking_margin(chaser, np.hstack([mid[:, None] * along, vel])) >= 0
-        a, b = np.where(inside, mid, a), np.where(inside, b, mid)
-    return np.hstack([a[:, None] * along, vel])
+    return edge_states(lambda x: braking_margin(chaser, x), along, vel, 6.0, chaser.params.radius)
 
 
 def test_the_braking_label_set_can_be_held_with_slack_at_every_edge_state():
