@@ -11,14 +11,14 @@ the search never got back to that window in 300 s.
 split, in float64 with no interval arithmetic (``counterexamples.point_terms`` and the
 falsifier's held-period rollouts):
 * high = min over the states of (b + sup_u a.u) / sigma(x): at any larger margin one of
-  them is infeasible, a real violation;
+  them is infeasible, a real violation (the barrier's row alone: face rows only lower it);
 * low = the largest margin (bisection on [0, high], coarse rollouts) at which a state has an
   admissible held input whose rollout leaves the set, confirmed in the fine rollout the
   counterexamples are (``counterexamples.RK4_STEPS``): below it the loop is unsafe there.
 They are estimates (sampled states; the largest violating margin only to the bisection's step)
 and are not listed as counterexamples: the report calls a wall they set "estimated from samples"
-(``MarginWalls.describe``).  ``first_margin`` starts
-high inside them, and ``MarginWalls`` bisects between them.
+(``MarginWalls.describe``).  ``first_margin`` starts high inside them, and ``MarginWalls``
+bisects between them.
 """
 from __future__ import annotations
 
