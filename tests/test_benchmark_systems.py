@@ -99,7 +99,7 @@ def test_darboux_records_its_initial_set_as_data_inside_the_safe_set():
 def test_benchmark_presets_train_the_published_network_sizes():
     from training.presets import preset
     sizes = {"darboux": ("darboux", [32, 32]), "obstacle_avoidance": ("obstacle_avoidance", [32]),
-             "obstacle_avoidance_relu": ("obstacle_avoidance", [32]), "spacecraft": ("spacecraft", [8, 8, 8]),
+             "obstacle_avoidance_relu": ("obstacle_avoidance", [32]), "spacecraft": ("spacecraft", [16, 16, 16]),
              "obstacle_avoidance_64": ("obstacle_avoidance", [64, 64]),
              "hi_ord8": ("hi_ord8", [16])}
     for name, (system, hidden) in sizes.items():
