@@ -74,8 +74,7 @@ def braking_margin(system: Spacecraft, x: np.ndarray) -> np.ndarray:
     (0.17 here), so sdot >= u_max - drift_bound > brake and every edge state can raise the margin
     by at least v_star: s + (v_star - s) sdot / brake >= v_star for s <= v_star, = s beyond.
     Inside the ball s is taken as p.v / r instead (the set is the same: its states have |p| >= r +
-    clearance): p.v / |p| jumps across p = 0, and a network of the published size (3 x 8) fitting
-    that jump left h >= 0 at 46 in 400,000 states of the ball."""
+    clearance): p.v / |p| jumps across p = 0, where the label only has to be negative."""
     p = system.params
     if p.brake >= p.u_max - drift_bound(p):
         raise ValueError(f"brake {p.brake} must stay below u_max - drift {p.u_max - drift_bound(p):.3f}")

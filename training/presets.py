@@ -80,7 +80,7 @@ hdot = c > 0 on its edge) and then runs counterexample rounds: fitted without th
 gradient along x8, whose rate reaches 28,800 in D, was off enough to give hdot = -0.065 on
 {h = 0}; after 3 rounds the 8-16-1 network certifies in 8-D (52,483 boxes, 14 s, 2026-11-27).
 ``spacecraft`` fits the braking set ``systems.spacecraft:braking_margin`` (held with 0.2 slack under
-the CWH drift) with 3 x 16, a published size: its 3 x 8 fit left h >= 0 at 46 of 400,000 states
+the CWH drift) with 3 x 16, a published size: its 3 x 8 fit left h >= 0 at 49 of 400,000 states
 of the keep-out ball (the fit is all there is: no rounds), and cbfsim verify refused it.
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
