@@ -81,6 +81,11 @@ def to_zero_level(problem: Problem, x: np.ndarray, owner: np.ndarray) -> tuple[n
     return x[keep], owner[keep]
 
 
+def best_row(problem: Problem, t: dict[str, np.ndarray]) -> np.ndarray:
+    """sup over the input box of the filter's row a . u + b at each state of ``t`` (``point_terms``)."""
+    return t["b"] + np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
+
+
 def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.ndarray]:
     """Per condition, the violated quantity's value at each state (nan where it holds)."""
     t = point_terms(problem, x)
@@ -88,13 +93,11 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
     if problem.condition == "boundary":          # Nagumo on {h = 0}: no class-K term, no margin
         on = np.abs(t["h"]) <= ON_ZERO
         cont = np.where((t["level"] >= 0) & (t["constraint"] < 0), t["constraint"], np.nan)
-        rate = t["b"] - problem.gains.get("gamma", 0.0) * t["h"] + \
-            np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
+        rate = best_row(problem, t) - problem.gains.get("gamma", 0.0) * t["h"]
         return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan), "initial": initial}
     in_set = t["level"] >= 0
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
-    sup = np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
-    phi = t["b"] + sup
+    phi = best_row(problem, t)
     eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
     feas = np.where(in_set & (phi < eps), phi - eps, np.nan)
     return {"containment": cont, "feasibility": feas, "initial": initial}

@@ -49,8 +49,7 @@ def sampled_walls(problem: Problem, states: np.ndarray, until: float = float("in
     x = x[ce.set_level(problem, x) >= 0] if len(x) else x
     if not len(x):
         return 0.0, float("inf")
-    t = ce.point_terms(problem, x)
-    best = t["b"] + np.maximum(t["a"] * problem.u_lo, t["a"] * problem.u_hi).sum(-1)
+    best = ce.best_row(problem, ce.point_terms(problem, x))
     sigma = np.broadcast_to(np.asarray(problem.margin.with_eps(1.0).at(x), dtype=float), (len(x),))
     scaled = sigma > 0
     high = float(np.min(best[scaled] / sigma[scaled])) if scaled.any() else float("inf")
@@ -58,31 +57,34 @@ def sampled_walls(problem: Problem, states: np.ndarray, until: float = float("in
         return 0.0, high
     from .falsify import period_low
     low, above = 0.0, high
-    if not np.any(period_low(problem, x, 0.0)[0] < 0):
+    leaving = period_low(problem, x, 0.0)[0] < 0          # the states that leave at margin low
+    if not leaving.any():
         return 0.0, high
     for _ in range(WALL_BISECTIONS):
         if time.monotonic() > until:
             break
         mid = 0.5 * (low + above)
-        if np.any(period_low(problem, x, mid)[0] < 0):
-            low = mid
+        at_mid = period_low(problem, x, mid)[0] < 0
+        if at_mid.any():
+            low, leaving = mid, at_mid
         else:
             above = mid
-    return _confirmed(problem, x, low), high
+    return _confirmed(problem, x, low, leaving), high
 
 
-def _confirmed(problem: Problem, x: np.ndarray, low: float) -> float:
+def _confirmed(problem: Problem, x: np.ndarray, low: float, leaving: np.ndarray) -> float:
     """``low`` halved until a state leaves the set there in the fine rollout the counterexamples
     are confirmed with (``counterexamples.RK4_STEPS``), 0 after WALL_BISECTIONS halvings: the
-    coarse bisection's wall is then one a real run crosses."""
+    coarse bisection's wall is then one a real run crosses.  ``leaving``: the states whose
+    coarse rollout leaves the set at ``low``."""
     from .falsify import period_low
     for _ in range(WALL_BISECTIONS):
         if low <= 0:
             break
-        coarse = period_low(problem, x, low)[0] < 0
-        if coarse.any() and np.any(period_low(problem, x[coarse], low, steps=ce.RK4_STEPS)[0] < 0):
+        if leaving.any() and np.any(period_low(problem, x[leaving], low, steps=ce.RK4_STEPS)[0] < 0):
             return low
         low *= 0.5
+        leaving = period_low(problem, x, low)[0] < 0
     return 0.0
 
 
