@@ -101,9 +101,13 @@ def test_benchmark_presets_train_the_published_network_sizes():
     sizes = {"darboux": ("darboux", [32, 32]), "obstacle_avoidance": ("obstacle_avoidance", [32]),
              "obstacle_avoidance_relu": ("obstacle_avoidance", [32]), "spacecraft": ("spacecraft", [16, 16, 16]),
              "obstacle_avoidance_64": ("obstacle_avoidance", [64, 64]),
-             "hi_ord8": ("hi_ord8", [16])}
+             "obstacle_avoidance_relu_64": ("obstacle_avoidance", [64, 64]),
+             "spacecraft_relu": ("spacecraft", [16, 16, 16]), "hi_ord8": ("hi_ord8", [16])}
     for name, (system, hidden) in sizes.items():
         cfg = preset(name)
         assert cfg.system == system and cfg.hidden == hidden
         assert cfg.build_system().name == system
-    assert preset("obstacle_avoidance_relu").activation == "relu"
+    for name in ("obstacle_avoidance_relu", "obstacle_avoidance_relu_64", "spacecraft_relu"):
+        cfg = preset(name)
+        assert (cfg.activation, cfg.teacher_activation) == ("relu", "softplus")
+        cfg.resolve(cfg.build_system())                 # a distillation the trainer accepts

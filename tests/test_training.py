@@ -232,7 +232,7 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         kind = str(f.type).split(" |")[0]
         flag = {"hidden": "--widths"}.get(f.name, "--" + f.name.replace("_", "-"))
         argv = ["train", "--system", "van_der_pol", "--out", "x"]
-        if f.name == "activation":
+        if f.name in ("activation", "teacher_activation"):
             argv += [flag, "tanh"]
         elif f.name == "label_set":
             argv += [flag, "systems.dubins:left_circling_margin"]

@@ -27,7 +27,8 @@ from compiler.cli_errors import (NumberList, OneLineParser, add_common_flags, ch
 log = logging.getLogger("training")
 
 QUICK = dict(n_uniform=5000, n_boundary=2000, steps_per_round=100, warm_start_steps=200, rounds=5,
-             check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0)
+             check_samples=20_000, check_boundary=5000, verify_samples=20_000, max_time=60.0,
+             distil_steps=300, distil_rounds=2, distil_time_limit=5.0)
 
 
 SMOKE_PASSED = 4
@@ -84,7 +85,8 @@ def _add_config_flags(parser: argparse.ArgumentParser) -> None:
         elif kind.startswith("list[float]"):
             group.add_argument(flag, action=NumberList, type=float_list, metavar="X1,X2,...", help=help_text)
         elif kind.startswith("str"):
-            group.add_argument(flag, metavar="MODULE:FUNCTION", help=help_text)
+            group.add_argument(flag, metavar="NAME" if f.name.endswith("activation") else "MODULE:FUNCTION",
+                               help=help_text)
         elif kind.startswith("dict"):                   # faces: NAME:GAMMA:MARGIN per enforced state
             group.add_argument(flag, action=FaceSpecs, type=face_spec, nargs="+", metavar="NAME:GAMMA:MARGIN",
                                help=help_text)
@@ -126,8 +128,8 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     t = sub.add_parser("train", help="train a barrier, verify the compiled model, write model.onnx/json",
                        description=TRAIN_HELP)
     t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum, dubins, or a literature "
-                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_64, obstacle_avoidance_relu, spacecraft, hi_ord8, "
-                        "point_robot) "
+                        "benchmark's (darboux, obstacle_avoidance, obstacle_avoidance_64, obstacle_avoidance_relu, "
+                        "obstacle_avoidance_relu_64, spacecraft, spacecraft_relu, hi_ord8, point_robot) "
                         "(default: none)")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")
     t.add_argument("--system", help="the plant: a built-in name (van_der_pol, bicycle, inverted_pendulum, acc, "

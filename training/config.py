@@ -90,6 +90,13 @@ class TrainConfig:
     certify_rounds: int = 3             # certifier calls at most (each but the last followed by training)
     certify_train_rounds: int = 3       # sampled rounds after each uncertified call
     certify_time_limit: float = 120.0   # [s] per certifier call
+    # distillation (training.distilled): train a smooth teacher of the same widths with this
+    # activation, then fit this config's network (e.g. ReLU, for the exact verifiers) to it,
+    # with counterexample rounds against a dense check and the certifier; None: train directly
+    teacher_activation: str | None = None
+    distil_steps: int = 6000            # the student's fit to the teacher (then a third as many tuning)
+    distil_rounds: int = 8              # counterexample rounds at most
+    distil_time_limit: float = 30.0     # [s] per certifier call of a round
     dt_control: float = 0.0             # [s] control period certified (zero-order hold); 0: continuous
     # the filter margin's state scale [bias, w_1..w_n]: the certified filter enforces
     # a + b.u >= eps (bias + w.x) (training/margin.py); None: a constant eps
@@ -188,6 +195,29 @@ def label_set_function(path: str):
     return fn
 
 
+def _check_teacher(cfg: TrainConfig, system) -> None:
+    """A distillation the trainer can run: a smooth teacher, another student, order 1, no
+    periodic embedding (the student reads raw states)."""
+    name = cfg.teacher_activation
+    if name not in ACTIVATION_NAMES:
+        raise ConfigError(f"teacher_activation {name!r} unknown; choose from {', '.join(ACTIVATION_NAMES)}")
+    if not preset(name)[0].smooth:
+        raise ConfigError(f"teacher_activation {name!r} is not smooth ({preset(name)[0].not_smooth}); the teacher "
+                          "must be (e.g. softplus)")
+    if name == cfg.activation:
+        raise ConfigError(f"teacher_activation {name!r} is the student's activation too: train it directly "
+                          "(no teacher_activation)")
+    if cfg.order != 1:
+        raise ConfigError("teacher_activation: distillation is for order 1 barriers (order 2 needs a smooth "
+                          "network: train it directly)")
+    if getattr(system, "periodic", {}):
+        raise ConfigError(f"teacher_activation: system {system.name!r} has periodic coordinates; a distilled "
+                          "student reads raw states and cannot wrap them (train it directly)")
+    if cfg.certify:
+        raise ConfigError("teacher_activation and certify: the distillation's counterexample rounds already ask "
+                          "the certifier (distil_rounds, distil_time_limit); drop certify")
+
+
 def validate(cfg: TrainConfig, system) -> None:
     """Raise ConfigError naming the first invalid field."""
     n, m = system.n, system.m
@@ -199,6 +229,7 @@ def validate(cfg: TrainConfig, system) -> None:
     for name in ("condition_margin", "w_safe", "w_unsafe", "w_condition", "safe_fraction", "dt_control"):
         _positive(cfg, name, allow_zero=True)
     _positive(cfg, "certify_time_limit")
+    _positive(cfg, "distil_time_limit")
     if not 0 <= cfg.safe_fraction < 1:
         raise ConfigError(f"safe_fraction must be in [0, 1), got {cfg.safe_fraction}")
     if not 0 <= cfg.ce_fraction < 1:
@@ -216,7 +247,8 @@ def validate(cfg: TrainConfig, system) -> None:
         if not isinstance(value, int) or value < 1:
             raise ConfigError(f"{name} must be an integer >= 1, got {value!r}")
     for name in ("n_boundary", "steps_per_round", "warm_start_steps", "label_polish", "min_rounds", "check_boundary",
-                 "ce_neighbours", "ce_max_per_round", "seed", "certify_rounds", "certify_train_rounds"):
+                 "ce_neighbours", "ce_max_per_round", "seed", "certify_rounds", "certify_train_rounds",
+                 "distil_rounds", "distil_steps"):
         value = getattr(cfg, name)
         if not isinstance(value, int) or value < 0:
             raise ConfigError(f"{name} must be an integer >= 0, got {value!r}")
@@ -259,6 +291,8 @@ def validate(cfg: TrainConfig, system) -> None:
         raise ConfigError(f"activation {cfg.activation!r} is not twice continuously differentiable "
                           f"({preset(cfg.activation)[0].not_smooth}); order 2 needs a smooth one "
                           "(e.g. softplus, tanh, silu)")
+    if cfg.teacher_activation is not None:
+        _check_teacher(cfg, system)
     if cfg.input_mask is not None:
         mask = cfg.input_mask
         if (not mask or len(set(mask)) != len(mask)

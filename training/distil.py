@@ -4,22 +4,32 @@ The exact verifiers of the literature prove ReLU networks, and cbfsim's certifie
 ReLU network's boundary condition pattern by pattern (``training/certify/patterns.py``).  The
 trainer fits Softplus barriers well; its ReLU fits leave pieces whose gradient breaks the
 condition (the obstacle-avoidance ReLU presets are refuted).  So a ReLU barrier is made from a
-Softplus one trained with room to spare (a large condition margin):
+Softplus one trained with room to spare (``cbfsim train --teacher-activation softplus``,
+``training/distilled.py``):
 
 1. a Sobolev fit: the student ReLU network matches the teacher's values and gradients on
    uniform states of the domain D;
 2. a tune on the conditions the certifier asks: a hinge on the boundary (Nagumo) row
    sup_u L_f h + L_G h . u >= ``slack`` at the states near the student's zero level, and on
-   h <= -``clearance`` where the plant's constraint fails, with the teacher's values kept.
+   h <= -``clearance`` where the plant's constraint fails, with the teacher's values kept;
+3. counterexample rounds (``refine_rounds``): a ReLU network breaks the conditions on thin
+   pieces that uniform batches rarely hit (the 3 x 16 spacecraft student: one state in
+   400,000 with h >= 0 inside the keep-out ball).  Each round asks two oracles for states
+   where the student fails -- a dense sampled check (``sampled``; default: uniform states of D)
+   and the certifier itself for ``refine_time`` seconds (continuous time, boundary condition)
+   -- and tunes again with half of every batch drawn around those states.  It stops at the
+   first round where neither finds a failure.
 
-Only the certifier says whether the result is a barrier (``benchmarks/certify_suite.py`` row
-``oa_relu_64``).  Seeded; one thread's torch is deterministic run to run.
+Only the certifier says whether the result is a barrier (``benchmarks/certify_suite.py`` rows
+``oa_relu``, ``oa_relu_64``).  Seeded; one thread's torch is deterministic run to run, except
+that a certifier round's reach depends on the machine's speed (its time limit).
 """
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -50,9 +60,10 @@ def teacher_module(onnx_path: str | os.PathLike) -> nn.Sequential:
     return nn.Sequential(*layers).double().eval()
 
 
-def _student(n: int, hidden: list[int], lo: np.ndarray, hi: np.ndarray, seed: int) -> nn.Sequential:
-    """A ReLU ``architectures.mlp``, its first layer scaled so that D maps to [-1, 1] at the start."""
-    net = mlp([n, *hidden, 1], "relu", seed=seed, dtype=torch.float64)
+def _student(n: int, hidden: list[int], lo: np.ndarray, hi: np.ndarray, seed: int,
+             activation: str = "relu") -> nn.Sequential:
+    """An ``architectures.mlp``, its first layer scaled so that D maps to [-1, 1] at the start."""
+    net = mlp([n, *hidden, 1], activation, seed=seed, dtype=torch.float64)
     centre, half = torch.as_tensor((lo + hi) / 2), torch.as_tensor((hi - lo) / 2)
     with torch.no_grad():
         W = net[0].weight / half
@@ -78,47 +89,148 @@ def boundary_row(system: Any, x: torch.Tensor, grad: torch.Tensor) -> torch.Tens
     return row
 
 
-def distil_relu(teacher_onnx: str | os.PathLike, system: Any, out_dir: str | os.PathLike, hidden: list[int], *,
-                fit_steps: int = 6000, tune_steps: int = 2000, slack: float = 0.1, band: float = 0.05,
-                clearance: float = 0.02, batch: int = 8192, seed: int = 0) -> Path:
-    """Distil the teacher into a ReLU network of widths ``hidden`` on the plant's domain and write
-    ``out_dir/model.onnx`` (module docstring); returns its path."""
+def distil_relu(teacher_onnx: str | os.PathLike, system: Any, out_dir: str | os.PathLike, hidden: list[int],
+                **options: Any) -> Path:
+    """Distil the teacher's ONNX file into a ReLU network of widths ``hidden`` on the plant's
+    domain and write ``out_dir/model.onnx`` (module docstring); returns its path.  ``options``:
+    ``distil``'s."""
     from training.network import export_onnx
-    lo, hi = (np.asarray(v, dtype=float) for v in system.domain)
-    teacher = teacher_module(teacher_onnx)
-    student = _student(system.n, list(hidden), lo, hi, seed)
+    student, _ = distil(teacher_module(teacher_onnx), system, list(hidden), **options)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    return export_onnx(student.float().eval(), out / "model.onnx", system.n)
+
+
+@dataclass
+class Hinges:
+    """The tune's targets: the boundary row >= ``slack`` within ``band`` of the zero level,
+    h <= -``clearance`` where the plant's constraint fails and, with ``gamma``, the filter's
+    condition row + gamma h >= ``condition_margin`` on the set (h >= 0)."""
+    slack: float = 0.1
+    band: float = 0.05
+    clearance: float = 0.02
+    gamma: float | None = None
+    condition_margin: float = 0.0
+
+
+def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: str = "relu",
+           lo: np.ndarray | None = None, hi: np.ndarray | None = None, reads: np.ndarray | None = None,
+           fit_steps: int = 6000, tune_steps: int = 2000, hinges: Hinges | None = None, batch: int = 8192,
+           seed: int = 0, refine_rounds: int = 0, refine_steps: int = 500, refine_time: float = 30.0,
+           sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None = None
+           ) -> tuple[nn.Sequential, list[dict]]:
+    """(the float64 student, one record per counterexample round) for the float64 ``teacher`` on
+    raw states (module docstring).  ``lo``/``hi``: the domain (default: the plant's); ``reads``:
+    bool (n,) the states the student may read (the others' first-layer columns stay exactly 0;
+    default: all); ``sampled``: the dense check of the rounds, student -> (states to tune around
+    (K, n), how many of them fail) (default: ``uniform_failures``, all of whose states fail)."""
+    lo = np.asarray(system.domain[0] if lo is None else lo, dtype=float)
+    hi = np.asarray(system.domain[1] if hi is None else hi, dtype=float)
+    hinges = hinges or Hinges()
+    student = _student(system.n, list(hidden), lo, hi, seed, activation)
+    blind = None if reads is None else torch.as_tensor(~np.asarray(reads, dtype=bool))
+    _zero_blind(student, blind)
     generator = torch.Generator().manual_seed(seed)
     span, low = torch.as_tensor(hi - lo), torch.as_tensor(lo)
 
-    def states() -> torch.Tensor:
-        return low + span * torch.rand(batch, system.n, dtype=torch.float64, generator=generator)
+    def states(count: int) -> torch.Tensor:
+        return low + span * torch.rand(count, system.n, dtype=torch.float64, generator=generator)
 
     fit = torch.optim.Adam(student.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(fit, max(fit_steps, 1))
     for _ in range(fit_steps):
-        x = states()
+        x = states(batch)
         h_t, g_t = _value_and_grad(teacher, x, graph=False)
         h_s, g_s = _value_and_grad(student, x, graph=True)
         loss = ((h_s - h_t.detach()) ** 2).mean() + 0.3 * ((g_s - g_t.detach()) ** 2).mean()
-        fit.zero_grad()
-        loss.backward()
-        fit.step()
+        _step(fit, loss, student, blind)
         schedule.step()
     tune = torch.optim.Adam(student.parameters(), lr=3e-4)
     for _ in range(tune_steps):
-        x = states()
+        _step(tune, _tune_loss(student, teacher, system, states(batch), hinges), student, blind)
+    rounds: list[dict] = []
+    pool = torch.zeros((0, system.n), dtype=torch.float64)
+    for k in range(refine_rounds):
+        found, record = _counterexamples(student, system, lo, hi, refine_time, sampled)
+        rounds.append({"round": k, **record})
+        if (record["sampled_failures"] == 0 and record["certifier"] != "refuted") or not len(found):
+            break                  # clean (the near misses a dense check also returns are not failures)
+        pool = torch.cat([pool, torch.as_tensor(found, dtype=torch.float64)])
+        for _ in range(refine_steps):
+            near = pool[torch.randint(len(pool), (batch // 2,), generator=generator)]
+            near = near + torch.randn(near.shape, dtype=torch.float64, generator=generator) * span * NEIGHBOURHOOD
+            x = torch.cat([states(batch - len(near)), torch.minimum(torch.maximum(near, low), low + span)])
+            _step(tune, _tune_loss(student, teacher, system, x, hinges), student, blind)
+    return student.eval(), rounds
+
+
+NEIGHBOURHOOD = 0.02       # a counterexample round's states: normal around the found ones, this share of D's edges
+
+
+def _step(optimizer: torch.optim.Optimizer, loss: torch.Tensor, student: nn.Sequential, blind: torch.Tensor | None) -> None:
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    _zero_blind(student, blind)
+
+
+def _zero_blind(student: nn.Sequential, blind: torch.Tensor | None) -> None:
+    """The first layer's columns of the states the student may not read, exactly 0 (the
+    certifier and the card read them as unread)."""
+    if blind is not None and bool(blind.any()):
         with torch.no_grad():
-            h_t = teacher(x)[:, 0]
-        h_s, g_s = _value_and_grad(student, x, graph=True)
-        near = (h_s.detach().abs() < band).double()
-        rate = boundary_row(system, x, g_s)
-        condition = (torch.relu(slack - rate) * near).sum() / near.sum().clamp(min=1.0)
-        unsafe = (system.constraint_torch(x) < 0).double()
-        containment = (torch.relu(h_s + clearance) * unsafe).sum() / unsafe.sum().clamp(min=1.0)
-        loss = ((h_s - h_t) ** 2).mean() + 10.0 * condition + 10.0 * containment
-        tune.zero_grad()
-        loss.backward()
-        tune.step()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    return export_onnx(student.float().eval(), out / "model.onnx", system.n)
+            student[0].weight[:, blind] = 0.0
+
+
+def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Tensor, hinges: Hinges) -> torch.Tensor:
+    """The teacher's values kept, the boundary row's hinge near the zero level, containment's hinge."""
+    with torch.no_grad():
+        h_t = teacher(x)[:, 0]
+    h_s, g_s = _value_and_grad(student, x, graph=True)
+    near = (h_s.detach().abs() < hinges.band).double()
+    rate = boundary_row(system, x, g_s)
+    condition = (torch.relu(hinges.slack - rate) * near).sum() / near.sum().clamp(min=1.0)
+    unsafe = (system.constraint_torch(x) < 0).double()
+    containment = (torch.relu(h_s + hinges.clearance) * unsafe).sum() / unsafe.sum().clamp(min=1.0)
+    loss = ((h_s - h_t) ** 2).mean() + 10.0 * condition + 10.0 * containment
+    if hinges.gamma is not None:
+        inside = (h_s.detach() >= 0).double()
+        filter_row = torch.relu(hinges.condition_margin - rate - hinges.gamma * h_s) * inside
+        loss = loss + 10.0 * filter_row.sum() / inside.sum().clamp(min=1.0)
+    return loss
+
+
+def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.ndarray, count: int = 1_000_000,
+                     seed: int = 0, hinges: Hinges | None = None) -> np.ndarray:
+    """States (K, n) among ``count`` uniform ones of D where the student breaks containment (h >
+    -clearance / 2 where the constraint fails) or the boundary row (< 0 within ``band`` of 0)."""
+    hinges = hinges or Hinges()
+    x = torch.as_tensor(np.random.default_rng(seed).uniform(lo, hi, (count, system.n)))
+    bad = []
+    for part in torch.split(x, 200_000):
+        h, g = _value_and_grad(student, part, graph=False)
+        fail = ((system.constraint_torch(part) < 0) & (h > -0.5 * hinges.clearance)) | \
+            ((h.abs() < hinges.band) & (boundary_row(system, part, g) < 0))
+        bad.append(part[fail].detach().numpy())
+    return np.concatenate(bad)
+
+
+def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
+                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> tuple[np.ndarray, dict]:
+    """The states where the student fails: the dense check's and the certifier's (continuous time,
+    boundary condition, ``time_limit`` seconds, one process), with a record of both."""
+    import copy
+    from training.certify.api import certify_module
+    if sampled is None:
+        dense = uniform_failures(student, system, lo, hi)
+        failures = len(dense)
+    else:
+        dense, failures = sampled(student)
+        dense = np.asarray(dense, dtype=float)
+    cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
+                          domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
+    proven = [c["x"] for cond in cert.conditions.values() for c in cond.counterexamples]
+    found = np.concatenate([dense.reshape(-1, system.n), np.asarray(proven, float).reshape(-1, system.n)])
+    verdict = "certified" if cert.certified else ("refuted" if proven else "undecided")
+    return found, {"sampled_failures": int(failures), "tuned_around": int(len(found)), "certifier": verdict,
+                   "certifier_counterexamples": len(proven), "certifier_s": round(cert.wall_time_s, 2)}

@@ -81,6 +81,17 @@ FIELD_HELP: dict[str, str] = {
                             "counterexamples come back",
     "certify_time_limit": "seconds per certifier call before it stops with undecided boxes; raise it when "
                           "boxes stay undecided",
+    "teacher_activation": "train a smooth network of the same widths with this activation first (e.g. "
+                          "softplus), then distil it into --activation (e.g. relu, for the exact verifiers), with "
+                          "counterexample rounds against a dense check and the certifier; set it when a ReLU "
+                          "barrier trained directly is refuted (default: none: train directly)",
+    "distil_steps": "steps of the student's fit to the teacher's values and gradients (then a third as many "
+                    "tuning it on the conditions); raise it when the student stays far from its teacher",
+    "distil_rounds": "distillation's counterexample rounds at most (each: a dense check, the certifier for "
+                     "--distil-time-limit seconds, then a tune around what they found); raise it when the last "
+                     "round still finds counterexamples",
+    "distil_time_limit": "seconds of certifier per distillation round; raise it when a student that ended "
+                         "clean is refuted by a longer certification",
     "faces": "states whose two faces of the domain the filter enforces as rows, NAME:GAMMA:MARGIN each "
              "(row d/dt c + GAMMA c >= MARGIN on c = hi - x and x - lo); not used by the training rounds, "
              "written into the card for the filter and the certifier, so the claim can be closed in that "

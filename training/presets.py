@@ -73,7 +73,7 @@
 ``cbfsim simulate`` and ``cbfsim certify`` (which starts its margin search there) get them.
 
 The benchmark presets (``darboux``, ``obstacle_avoidance``, ``obstacle_avoidance_relu``,
-``spacecraft``, ``hi_ord8``) train the literature's plants at published network sizes with small
+``spacecraft``, ``spacecraft_relu``, ``hi_ord8``) train the literature's plants at published network sizes with small
 budgets for ``benchmarks/certify_suite.py``; they are not shipped barriers.  ``hi_ord8`` fits the
 invariant half-space of A's left eigenvector (``label_set`` systems.hi_ord8:eigen_halfspace:
 hdot = c > 0 on its edge) and then runs counterexample rounds: fitted without the rounds, the
@@ -82,6 +82,11 @@ gradient along x8, whose rate reaches 28,800 in D, was off enough to give hdot =
 ``spacecraft`` fits the braking set ``systems.spacecraft:braking_margin`` (held with 0.2 slack under
 the CWH drift) with 3 x 16, a published size: its 3 x 8 fit left h >= 0 at 49 of 400,000 states
 of the keep-out ball (the fit is all there is: no rounds), and cbfsim verify refused it.
+
+The ``_relu`` presets are distilled (``teacher_activation``): a Softplus network of the same
+widths is trained first and the ReLU one fitted to it with counterexample rounds against the
+dense check and the certifier; trained directly, the 3-32-1 obstacle-avoidance ReLU fit was
+refuted (2026-11-26).
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -132,12 +137,22 @@ PRESETS: dict[str, TrainConfig] = {
     "obstacle_avoidance_64": TrainConfig(
         system="obstacle_avoidance", hidden=[64, 64], activation="softplus", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    # ReLU by distillation (training/distilled.py): the trainer's own ReLU fits are refuted; the
+    # teacher gets room to spare (condition margin 0.2)
     "obstacle_avoidance_relu": TrainConfig(
-        system="obstacle_avoidance", hidden=[32], activation="relu", order=1, gamma=1.0,
-        rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+        system="obstacle_avoidance", hidden=[32], activation="relu", teacher_activation="softplus", order=1,
+        gamma=1.0, condition_margin=0.2, rounds=8, max_time=120.0, seed=0, dt_control=0.01),
+    "obstacle_avoidance_relu_64": TrainConfig(
+        system="obstacle_avoidance", hidden=[64, 64], activation="relu", teacher_activation="softplus", order=1,
+        gamma=1.0, condition_margin=0.2, rounds=8, max_time=120.0, seed=0, dt_control=0.01),
     "spacecraft": TrainConfig(
         system="spacecraft", hidden=[16, 16, 16], activation="softplus", order=1, gamma=1.0,
         label_set="systems.spacecraft:braking_margin", safe_margin=0.01, unsafe_margin=0.05,
+        condition_margin=0.02, warm_start_steps=20_000, n_uniform=100_000, check_samples=100_000,
+        rounds=0, max_time=600.0, seed=0, dt_control=0.01),
+    "spacecraft_relu": TrainConfig(
+        system="spacecraft", hidden=[16, 16, 16], activation="relu", teacher_activation="softplus", order=1,
+        gamma=1.0, label_set="systems.spacecraft:braking_margin", safe_margin=0.01, unsafe_margin=0.05,
         condition_margin=0.02, warm_start_steps=20_000, n_uniform=100_000, check_samples=100_000,
         rounds=0, max_time=600.0, seed=0, dt_control=0.01),
     "hi_ord8": TrainConfig(

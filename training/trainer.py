@@ -311,6 +311,9 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     res = config.resolve(system)
     if out_dir is not None and Path(out_dir).exists() and not overwrite:
         raise FileExistsError(f"output directory {out_dir} exists; pass overwrite=True (CLI: --force) to replace it")
+    if config.teacher_activation is not None:        # train a smooth teacher, distil it (distilled.py)
+        from .distilled import train_distilled
+        return train_distilled(config, out_dir, progress=progress, overwrite=overwrite, verify=verify)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
@@ -396,6 +399,12 @@ def _export_and_verify(directory: Path, barrier: MaskedBarrier, card, cfg: Train
     write_model_files(directory, barrier)
     if certificate is not None:
         certificate.to_json(directory / CERT_NAME)
+    return finish_directory(directory, card, cfg, verify)
+
+
+def finish_directory(directory: Path, card, cfg: TrainConfig, verify: bool) -> dict | None:
+    """After the model files: the compiled verifier (its report goes into the card), the card,
+    the training curves.  Returns the verifier's report (None: not asked)."""
     verification = None
     if verify:
         from .verify import verify as run_verify

@@ -1,0 +1,124 @@
+"""ReLU barriers by distillation (training/distil.py rounds, training/distilled.py): the trainer's
+``teacher_activation``.
+
+References: the plant's float64 numpy f, G and constraint with the compiler's float64 reference
+interpreter of the written ONNX (``compiler.reference``) count the failures -- not the torch
+code that trained the student; the certifier is run again on the written files.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+onnx = pytest.importorskip("onnx")
+
+from compiler import reference  # noqa: E402
+from compiler.api import load_model  # noqa: E402
+from compiler.passes import canonicalize  # noqa: E402
+from systems import get_system  # noqa: E402
+from training.config import ConfigError, TrainConfig  # noqa: E402
+from training.distil import distil, teacher_module  # noqa: E402
+from training.network import export_onnx  # noqa: E402
+
+MODELS = Path(__file__).resolve().parents[1] / "experiments" / "models"
+BAND = 0.02
+
+
+def _failures(onnx_path: Path, system, lo: np.ndarray, hi: np.ndarray, seed: int) -> tuple[int, int]:
+    """(containment failures, boundary-row failures within BAND of h = 0) at 200,000 uniform
+    float64 states of D, by the reference interpreter and the plant's numpy terms."""
+    model = canonicalize(load_model(onnx_path))
+    x = np.random.default_rng(seed).uniform(lo, hi, (200_000, system.n))
+    h, lf, lg = reference.lie(model, x, system.f(x), system.G(x))
+    row = lf + np.maximum(lg * system.u_min, lg * system.u_max).sum(-1)
+    containment = int(np.sum((h >= 0) & (system.constraint(x) < 0)))
+    return containment, int(np.sum((np.abs(h) < BAND) & (row < 0)))
+
+
+def test_counterexample_rounds_remove_the_failures_a_float64_check_finds(tmp_path):
+    """A rough student (300 fit steps, no tune) of the shipped Van der Pol barrier fails on
+    states a fresh float64 check finds; four counterexample rounds (dense check + 3 s of
+    certifier each) leave fewer, and each round's record says what it found."""
+    card = json.loads((MODELS / "vdp.json").read_text())
+    system = get_system(card["system"], **card["system_params"])
+    lo, hi = np.asarray(card["domain_lo"]), np.asarray(card["domain_hi"])
+    teacher = teacher_module(MODELS / "vdp.onnx")
+    counts = {}
+    for rounds in (0, 4):
+        student, record = distil(teacher, system, [16, 16], lo=lo, hi=hi, fit_steps=300, tune_steps=0, batch=2048,
+                                 refine_rounds=rounds, refine_steps=300, refine_time=3.0)
+        path = export_onnx(student.float().eval(), tmp_path / f"student{rounds}.onnx", system.n)
+        counts[rounds] = _failures(path, system, lo, hi, seed=11)
+        assert len(record) <= rounds
+    assert sum(counts[0]) > 0, counts                      # the rough student does fail
+    assert sum(counts[4]) < sum(counts[0]), counts
+    assert record[0]["sampled_failures"] > 0 or record[0]["certifier"] == "refuted"
+    assert set(record[0]) >= {"sampled_failures", "tuned_around", "certifier", "certifier_counterexamples"}
+
+
+def test_a_student_never_reads_a_state_it_is_told_not_to(tmp_path):
+    """``reads``: the first layer's columns of the other states are exactly 0 after every step."""
+    card = json.loads((MODELS / "vdp.json").read_text())
+    system = get_system(card["system"], **card["system_params"])
+    student, _ = distil(teacher_module(MODELS / "vdp.onnx"), system, [8], fit_steps=20, tune_steps=20, batch=256,
+                        reads=np.array([True, False]))
+    assert torch.all(student[0].weight[:, 1] == 0) and torch.any(student[0].weight[:, 0] != 0)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"teacher_activation": "relu", "activation": "tanh"}, "not smooth"),
+    ({"teacher_activation": "softplus", "activation": "softplus"}, "student's activation too"),
+    ({"teacher_activation": "nonesuch"}, "unknown"),
+    ({"teacher_activation": "softplus", "activation": "relu", "certify": True}, "drop certify"),
+    ({"teacher_activation": "softplus", "distil_rounds": -1}, "distil_rounds"),
+    ({"teacher_activation": "softplus", "distil_time_limit": 0.0}, "distil_time_limit"),
+])
+def test_a_distillation_the_trainer_cannot_run_is_refused_in_one_line(changes, named):
+    cfg = TrainConfig(system="van_der_pol", activation="relu", **{k: v for k, v in changes.items() if k != "activation"})
+    if "activation" in changes:
+        cfg = cfg.replace(activation=changes["activation"])
+    with pytest.raises(ConfigError, match=named) as err:
+        cfg.resolve(cfg.build_system())
+    assert "\n" not in str(err.value)
+
+
+def test_order_two_and_periodic_plants_are_refused():
+    with pytest.raises(ConfigError, match="order 1"):
+        TrainConfig(system="inverted_pendulum", order=2, activation="tanh", teacher_activation="softplus",
+                    input_mask=[0]).resolve(get_system("inverted_pendulum"))
+    with pytest.raises(ConfigError, match="periodic"):
+        TrainConfig(system="dubins", activation="relu", teacher_activation="softplus").resolve(get_system("dubins"))
+
+
+def test_train_with_a_teacher_writes_a_relu_barrier_and_its_teacher(tmp_path):
+    """``cbfsim train --activation relu --teacher-activation softplus`` (smoke budgets): the
+    directory's model is a ReLU network with the card's widths, the card says so and records the
+    rounds, the teacher's Softplus files and card sit in teacher/, and the student's state dict
+    is the ONNX network."""
+    from conftest import cli_in_process
+    out = tmp_path / "relu"
+    run = cli_in_process(["train", "--system", "van_der_pol", "--widths", "16", "--activation", "relu",
+                                   "--teacher-activation", "softplus", "--quick", "--no-verify", "--no-progress",
+                                   "--out", str(out)])
+    assert run.returncode in (1, 4), run.stderr          # a smoke run: passed (4) or failed (1), never crashed
+    ops = {node.op_type for node in onnx.load(out / "model.onnx").graph.node}
+    assert "Relu" in ops and "Softplus" not in ops
+    card = json.loads((out / "model.json").read_text())
+    assert card["network"]["activation"] == "relu" and card["network"]["widths"] == [2, 16, 1]
+    distilled = card["training"]["distillation"]
+    assert distilled["teacher_activation"] == "softplus" and 1 <= len(distilled["rounds"]) <= 2
+    teacher_ops = {node.op_type for node in onnx.load(out / "teacher" / "model.onnx").graph.node}
+    assert "Softplus" in teacher_ops and "Relu" not in teacher_ops
+    assert json.loads((out / "teacher" / "model.json").read_text())["network"]["activation"] == "softplus"
+    state = torch.load(out / "state_dict.pt")
+    student = torch.nn.Sequential(torch.nn.Linear(2, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    student.load_state_dict(state)
+    x = np.random.default_rng(0).uniform(-2, 2, (500, 2))
+    with torch.no_grad():
+        ours = student.double()(torch.as_tensor(x)).numpy()[:, 0]
+    theirs = reference.lie(canonicalize(load_model(out / "model.onnx")), x, np.zeros_like(x), np.zeros((500, 2, 1)))[0]
+    assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-5)
