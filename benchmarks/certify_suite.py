@@ -29,6 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+DARBOUX = "published 0.27-620 s over 2-20-1 ... 2-512-512-1 ReLU; no per-size time in our notes"
 # row -> (preset, network as published, published continuous-time seconds or None, note)
 ROWS = {
     "oa_softplus": ("obstacle_avoidance", "3-32-1 Softplus", 7.35, "published 3-32-1 is ReLU"),
@@ -38,15 +39,20 @@ ROWS = {
     "oa_softplus_64": ("obstacle_avoidance_64", "3-64-64-1 Softplus", 11748.0, "published 3-64-64-1 is ReLU"),
     "oa_relu_64": ("obstacle_avoidance_relu_64", "3-64-64-1 ReLU, distilled", 11748.0,
                    "distilled from a Softplus 3-64-64-1 trained with condition margin 0.2 (teacher_activation)"),
-    "darboux": ("darboux", "2-32-32-1 Softplus", None, "published 0.27-620 s over 2-20-1 ... 2-512-512-1 ReLU; "
-                                                       "no per-size time in our notes"),
+    "darboux": ("darboux", "2-32-32-1 Softplus", None, DARBOUX),
+    "darboux_relu": ("darboux_relu", "2-32-32-1 ReLU, distilled", None, DARBOUX),
+    "darboux_256": ("darboux_256", "2-256-256-1 Softplus", None, DARBOUX),
+    "darboux_relu_256": ("darboux_relu_256", "2-256-256-1 ReLU, distilled", None, DARBOUX),
     "spacecraft": ("spacecraft", "6-16-16-16-1 Softplus", None,
                    "published 89 s for 3 x 8 to 13,906 s for 3 x 32, ReLU; 3 x 16 is not in our notes. The "
                    "preset's 3 x 8 fit of the braking set leaves h >= 0 in the keep-out ball (cbfsim verify fails)"),
     "spacecraft_relu": ("spacecraft_relu", "6-16-16-16-1 ReLU, distilled", None,
                         "published 89 s for 3 x 8 to 13,906 s for 3 x 32; 3 x 16 is not in our notes. Distilled "
                         "from the spacecraft row's Softplus 3 x 16 (teacher_activation)"),
+    "spacecraft_8_relu": ("spacecraft_8_relu", "6-8-8-8-1 ReLU, distilled", 89.0,
+                          "distilled from a Softplus 3 x 16 (teacher_hidden): the 3 x 8 Softplus fit is refuted"),
     "hi_ord8": ("hi_ord8", "8-16-1 Softplus", 35.0, "published 8-16-1 is ReLU"),
+    "hi_ord8_relu": ("hi_ord8_relu", "8-16-1 ReLU, distilled", 35.0, ""),
     "hi_ord8_eigen": ("hi_ord8", "8-16-1 Softplus, designed", 35.0,
                       "w.x + c from A's left eigenvector (systems.hi_ord8:eigen_halfspace), not trained; "
                       "published 8-16-1 is ReLU"),

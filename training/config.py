@@ -94,6 +94,7 @@ class TrainConfig:
     # activation, then fit this config's network (e.g. ReLU, for the exact verifiers) to it,
     # with counterexample rounds against a dense check and the certifier; None: train directly
     teacher_activation: str | None = None
+    teacher_hidden: list[int] | None = None     # the teacher's widths; None: the student's (hidden)
     distil_steps: int = 6000            # the student's fit to the teacher (then a third as many tuning)
     distil_rounds: int = 8              # counterexample rounds at most
     distil_time_limit: float = 30.0     # [s] per certifier call of a round
@@ -207,6 +208,9 @@ def _check_teacher(cfg: TrainConfig, system) -> None:
     if name == cfg.activation:
         raise ConfigError(f"teacher_activation {name!r} is the student's activation too: train it directly "
                           "(no teacher_activation)")
+    if cfg.teacher_hidden is not None and (not cfg.teacher_hidden or any(
+            not isinstance(w, int) or w < 1 for w in cfg.teacher_hidden)):
+        raise ConfigError(f"teacher_hidden must list layer widths >= 1, got {cfg.teacher_hidden!r}")
     if cfg.order != 1:
         raise ConfigError("teacher_activation: distillation is for order 1 barriers (order 2 needs a smooth "
                           "network: train it directly)")

@@ -3,7 +3,8 @@
 
 The trainer's own ReLU fits leave thin pieces whose gradient breaks the condition (the
 obstacle-avoidance ReLU preset trained directly is refuted).  Here the config is trained as it
-stands but with the teacher's smooth activation, then distilled into the config's network
+stands but with the teacher's smooth activation (and ``teacher_hidden`` widths, when given:
+the spacecraft's 3 x 8 is distilled from a 3 x 16), then distilled into the config's network
 (``distil.py``: Sobolev fit, a tune on the conditions, counterexample rounds against the
 trainer's dense check and the certifier).  The output directory is a normal one -- model.onnx,
 state_dict.pt and model.json are the student's, with its activation and widths, so verify,
@@ -40,8 +41,9 @@ def train_distilled(config: TrainConfig, out_dir: str | Path | None, *, progress
     system = config.build_system()
     res = config.resolve(system)
     started = time.perf_counter()
-    teacher = train_barrier(config.replace(activation=config.teacher_activation, teacher_activation=None), None,
-                            progress=progress, verify=False)
+    teacher_config = config.replace(activation=config.teacher_activation, teacher_activation=None, teacher_hidden=None,
+                                    hidden=list(config.teacher_hidden or config.hidden))
+    teacher = train_barrier(teacher_config, None, progress=progress, verify=False)
     torch.set_num_threads(config.threads)
     tools = ConstraintTools(system)
     checks = np.random.default_rng([config.seed, 17])

@@ -85,6 +85,9 @@ FIELD_HELP: dict[str, str] = {
                           "softplus), then distil it into --activation (e.g. relu, for the exact verifiers), with "
                           "counterexample rounds against a dense check and the certifier; set it when a ReLU "
                           "barrier trained directly is refuted (default: none: train directly)",
+    "teacher_hidden": "the teacher's hidden widths when they differ from the student's (a small student of a "
+                      "larger teacher: the 3 x 8 spacecraft fit alone leaves h >= 0 in the keep-out ball) "
+                      "(default: the student's)",
     "distil_steps": "steps of the student's fit to the teacher's values and gradients (then a third as many "
                     "tuning it on the conditions); raise it when the student stays far from its teacher",
     "distil_rounds": "distillation's counterexample rounds at most (each: a dense check, the certifier for "
