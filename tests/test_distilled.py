@@ -78,7 +78,8 @@ def test_a_student_never_reads_a_state_it_is_told_not_to(tmp_path):
     ({"teacher_activation": "softplus", "distil_time_limit": 0.0}, "distil_time_limit"),
 ])
 def test_a_distillation_the_trainer_cannot_run_is_refused_in_one_line(changes, named):
-    cfg = TrainConfig(system="van_der_pol", activation="relu", **{k: v for k, v in changes.items() if k != "activation"})
+    cfg = TrainConfig(system="van_der_pol", activation="relu",
+                      **{k: v for k, v in changes.items() if k != "activation"})
     if "activation" in changes:
         cfg = cfg.replace(activation=changes["activation"])
     with pytest.raises(ConfigError, match=named) as err:

@@ -96,7 +96,7 @@ class TrainConfig:
     teacher_activation: str | None = None
     teacher_hidden: list[int] | None = None     # the teacher's widths; None: the student's (hidden)
     distil_steps: int = 6000            # the student's fit to the teacher (then a third as many tuning)
-    distil_rounds: int = 8              # counterexample rounds at most
+    distil_rounds: int = 12             # counterexample rounds at most (stops after clean_checks clean ones)
     distil_time_limit: float = 30.0     # [s] per certifier call of a round
     dt_control: float = 0.0             # [s] control period certified (zero-order hold); 0: continuous
     # the filter margin's state scale [bias, w_1..w_n]: the certified filter enforces

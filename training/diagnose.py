@@ -76,7 +76,9 @@ def _raise_fraction(v: float) -> float | None:
 
 ROUNDS = Knob("--rounds", "rounds", "raise", "more counterexample rounds (raise --max-time with it)", _times(2, 20))
 SMOOTH_ACTIVATION = Knob("--activation", "activation", "smooth",
-                         "a ReLU barrier's gradient jumps at the ridges between samples, which no margin covers")
+                         "a ReLU barrier's gradient jumps at the ridges between samples, which no margin covers "
+                         "(to keep ReLU for an exact verifier: --teacher-activation softplus distils it from a "
+                         "smooth one)")
 SAFE_FRACTION_UP = Knob("--safe-fraction", "safe_fraction", "raise",
                         "label FEWER states safe: only those whose backup rollout keeps the constraint above this "
                         "fraction of its maximum, so the set shrinks to what the input can hold", _raise_fraction)

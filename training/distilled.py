@@ -52,12 +52,14 @@ def train_distilled(config: TrainConfig, out_dir: str | Path | None, *, progress
         found = check(student, system, tools, config, res.lo, res.hi, res.u_min, res.u_max, checks)
         return found.counterexamples, found.failures
 
+    reads = np.isin(np.arange(system.n), res.mask)
     student, rounds = distil(to_sequential(teacher.barrier, torch.float64), system, list(config.hidden),
-                             activation=config.activation, lo=res.lo, hi=res.hi, reads=np.isin(np.arange(system.n), res.mask),
+                             activation=config.activation, lo=res.lo, hi=res.hi, reads=reads,
                              hinges=Hinges(gamma=config.gamma, condition_margin=config.condition_margin),
                              fit_steps=config.distil_steps, tune_steps=config.distil_steps // 3,
                              seed=config.seed, refine_rounds=config.distil_rounds,
-                             refine_time=config.distil_time_limit, sampled=sampled)
+                             refine_time=config.distil_time_limit, clean_rounds=config.clean_checks,
+                             sampled=sampled)
     final = check(student, system, tools, config, res.lo, res.hi, res.u_min, res.u_max,
                   np.random.default_rng([config.seed, 7, 0]))
     student = student.float().eval()
@@ -66,7 +68,8 @@ def train_distilled(config: TrainConfig, out_dir: str | Path | None, *, progress
     training = {"time_s": round(train_time, 3), "rounds": teacher.rounds, "final_check": final.summary(),
                 "history": teacher.history, "torch": torch.__version__,
                 "distillation": {"teacher_activation": config.teacher_activation, "teacher_dir": TEACHER_DIR,
-                                 "teacher_final_check": teacher.final_check, "teacher_time_s": round(teacher.train_time, 3),
+                                 "teacher_final_check": teacher.final_check,
+                                 "teacher_time_s": round(teacher.train_time, 3),
                                  "rounds": rounds, "last_round_clean": clean},
                 "note": "final_check: the trainer's float64 autograd check of the distilled network; history: the "
                         "teacher's rounds"}
