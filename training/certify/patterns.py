@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.bounds import U32, enclose
+from compiler.bounds_zonotope import preactivation_bounds
 from compiler.interval import Interval, gamma
 from compiler.ir import Activation, Dense
 from compiler.passes import canonicalize
@@ -43,13 +44,17 @@ def supported(model) -> bool:
 
 def neuron_states(model, box: Interval) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """(active, unstable) (B, width) per ReLU layer of the canonical ``model`` over ``box``: the
-    pre-activation enclosure, widened by the header's error bound on it, above 0 / across it."""
+    pre-activation enclosure (the interval one intersected with the zonotope's,
+    ``compiler.bounds_zonotope``), widened by the header's error bound on it, above 0 / across it."""
     trace, errors = [], []
     enclose(model, box, order=1, float32=True, trace=trace, error_trace=errors)
+    tight = iter(preactivation_bounds(model, box))
     active, unstable = [], []
     for (layer, a), e in zip(trace, errors):
         if isinstance(layer, Activation):
-            lo, hi = np.nextafter(a.lo - e * _UP, -np.inf), np.nextafter(a.hi + e * _UP, np.inf)
+            z = next(tight)
+            a_lo, a_hi = np.maximum(a.lo, z.lo), np.minimum(a.hi, z.hi)
+            lo, hi = np.nextafter(a_lo - e * _UP, -np.inf), np.nextafter(a_hi + e * _UP, np.inf)
             active.append(lo > 0)
             unstable.append(~active[-1] & (hi > 0))
     return active, unstable
