@@ -153,14 +153,19 @@ def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: st
         _step(tune, _tune_loss(student, teacher, system, states(batch), hinges), student, blind)
     rounds: list[dict] = []
     pool = torch.zeros((0, system.n), dtype=torch.float64)
-    clean = 0
+    clean, verdict = 0, None
     for k in range(refine_rounds):
-        found, record = _counterexamples(student, system, lo, hi, refine_time, sampled)
+        # an untouched student keeps its certifier verdict (the certifier is deterministic);
+        # only the dense check draws fresh states
+        found, record = _counterexamples(student, system, lo, hi, refine_time, sampled, verdict)
         rounds.append({"round": k, **record})
         # clean: the near misses a dense check also returns are not failures
         clean = clean + 1 if record["sampled_failures"] == 0 and record["certifier"] != "refuted" else 0
-        if clean >= clean_rounds or not len(found):
+        if clean >= clean_rounds:
             break
+        verdict = (record, found[record["sampled_states"]:]) if not len(found) else None
+        if not len(found):
+            continue
         pool = torch.cat([pool, torch.as_tensor(found, dtype=torch.float64)])
         for _ in range(refine_steps):
             near = pool[torch.randint(len(pool), (batch // 2,), generator=generator)]
@@ -223,9 +228,11 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
-                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> tuple[np.ndarray, dict]:
+                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None,
+                     known: tuple[dict, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
     """The states where the student fails: the dense check's and the certifier's (continuous time,
-    boundary condition, ``time_limit`` seconds, one process), with a record of both."""
+    boundary condition, ``time_limit`` seconds, one process), with a record of both.  ``known``:
+    the certifier's record and states for this very student, from the round before."""
     import copy
     from training.certify.api import certify_module
     if sampled is None:
@@ -234,10 +241,16 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
     else:
         dense, failures = sampled(student)
         dense = np.asarray(dense, dtype=float)
-    cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
-                          domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
-    proven = [c["x"] for cond in cert.conditions.values() for c in cond.counterexamples]
-    found = np.concatenate([dense.reshape(-1, system.n), np.asarray(proven, float).reshape(-1, system.n)])
-    verdict = "certified" if cert.certified else ("refuted" if proven else "undecided")
-    return found, {"sampled_failures": int(failures), "tuned_around": int(len(found)), "certifier": verdict,
-                   "certifier_counterexamples": len(proven), "certifier_s": round(cert.wall_time_s, 2)}
+    if known is None:
+        cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
+                              domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
+        proven = np.asarray([c["x"] for cond in cert.conditions.values() for c in cond.counterexamples], float)
+        verdict = "certified" if cert.certified else ("refuted" if len(proven) else "undecided")
+        certifier = {"certifier": verdict, "certifier_counterexamples": len(proven),
+                     "certifier_s": round(cert.wall_time_s, 2)}
+    else:
+        certifier, proven = {k: known[0][k] for k in ("certifier", "certifier_counterexamples", "certifier_s")}, known[1]
+    dense = dense.reshape(-1, system.n)
+    found = np.concatenate([dense, proven.reshape(-1, system.n)])
+    return found, {"sampled_failures": int(failures), "sampled_states": len(dense), "tuned_around": int(len(found)),
+                   **certifier}
