@@ -86,7 +86,9 @@ of the keep-out ball (the fit is all there is: no rounds), and cbfsim verify ref
 The ``_relu`` presets are distilled (``teacher_activation``): a Softplus network of the same
 widths is trained first and the ReLU one fitted to it with counterexample rounds against the
 dense check and the certifier; trained directly, the 3-32-1 obstacle-avoidance ReLU fit was
-refuted (2026-11-26).
+refuted (2026-11-26).  The autonomous plants' students fail the trainer's check (2026-11-28):
+Darboux's teacher already fails it, and hi-ord8's student missed 1,125 of 250,000 states
+(its drift reaches 28,800 in D, so a small gradient error is a large row error).
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
