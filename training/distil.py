@@ -151,28 +151,39 @@ def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: st
     tune = torch.optim.Adam(student.parameters(), lr=3e-4)
     for _ in range(tune_steps):
         _step(tune, _tune_loss(student, teacher, system, states(batch), hinges), student, blind)
+    rounds = _rounds(student, teacher, system, lo, hi, hinges, tune, blind, generator, batch, refine_rounds,
+                     refine_steps, refine_time, clean_rounds, sampled)
+    return student.eval(), rounds
+
+
+def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndarray, hi: np.ndarray,
+            hinges: Hinges, tune: torch.optim.Optimizer, blind: torch.Tensor | None, generator: torch.Generator,
+            batch: int, count: int, steps: int, time_limit: float, clean_rounds: int,
+            sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> list[dict]:
+    """The counterexample rounds (module docstring, 3.), tuning ``student`` in place; their records."""
+    span, low = torch.as_tensor(hi - lo), torch.as_tensor(lo)
     rounds: list[dict] = []
     pool = torch.zeros((0, system.n), dtype=torch.float64)
-    clean, verdict = 0, None
-    for k in range(refine_rounds):
-        # an untouched student keeps its certifier verdict (the certifier is deterministic);
-        # only the dense check draws fresh states
-        found, record = _counterexamples(student, system, lo, hi, refine_time, sampled, verdict)
+    clean, known = 0, None
+    for k in range(count):
+        found, record = _counterexamples(student, system, lo, hi, time_limit, sampled, known)
         rounds.append({"round": k, **record})
         # clean: the near misses a dense check also returns are not failures
         clean = clean + 1 if record["sampled_failures"] == 0 and record["certifier"] != "refuted" else 0
         if clean >= clean_rounds:
             break
-        verdict = (record, found[record["sampled_states"]:]) if not len(found) else None
-        if not len(found):
+        if not len(found):     # nothing to tune around: the same student, a fresh dense sample, the
+            known = (record, np.zeros((0, system.n)))      # certifier's verdict kept (it is deterministic)
             continue
+        known = None
         pool = torch.cat([pool, torch.as_tensor(found, dtype=torch.float64)])
-        for _ in range(refine_steps):
+        for _ in range(steps):
             near = pool[torch.randint(len(pool), (batch // 2,), generator=generator)]
             near = near + torch.randn(near.shape, dtype=torch.float64, generator=generator) * span * NEIGHBOURHOOD
-            x = torch.cat([states(batch - len(near)), torch.minimum(torch.maximum(near, low), low + span)])
+            rest = low + span * torch.rand(batch - len(near), system.n, dtype=torch.float64, generator=generator)
+            x = torch.cat([rest, torch.minimum(torch.maximum(near, low), low + span)])
             _step(tune, _tune_loss(student, teacher, system, x, hinges), student, blind)
-    return student.eval(), rounds
+    return rounds
 
 
 NEIGHBOURHOOD = 0.02       # a counterexample round's states: normal around the found ones, this share of D's edges
