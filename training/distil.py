@@ -16,7 +16,8 @@ Softplus one trained with room to spare (``cbfsim train --teacher-activation sof
    pieces that uniform batches rarely hit (the 3 x 16 spacecraft student: one state in
    400,000 with h >= 0 inside the keep-out ball).  Each round asks two oracles for states
    where the student fails -- a dense sampled check (``sampled``; default: uniform states of D)
-   and the certifier itself for ``refine_time`` seconds (continuous time, boundary condition)
+   and the certifier itself for ``refine_time`` seconds (continuous time, boundary condition;
+   twice as long after each call that found nothing, up to ESCALATION times)
    -- and tunes again with half of every batch drawn around those states.  It stops when
    neither has found a failure for ``clean_rounds`` rounds in a row.
 
@@ -164,18 +165,21 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
     span, low = torch.as_tensor(hi - lo), torch.as_tensor(lo)
     rounds: list[dict] = []
     pool = torch.zeros((0, system.n), dtype=torch.float64)
-    clean, known = 0, None
+    clean, undecided = 0, 0
     for k in range(count):
-        found, record = _counterexamples(student, system, lo, hi, time_limit, sampled, known)
+        # a certifier that found nothing looks longer next time (up to ESCALATION x; the search is
+        # deterministic, so a longer one also looks deeper at an untouched student): a thin
+        # failing piece of the 3 x 16 spacecraft student took 38 s to find, after rounds of 30 s
+        limit = time_limit * min(2.0 ** undecided, ESCALATION)
+        found, record = _counterexamples(student, system, lo, hi, limit, sampled)
+        undecided += record["certifier"] == "undecided"
         rounds.append({"round": k, **record})
         # clean: the near misses a dense check also returns are not failures
         clean = clean + 1 if record["sampled_failures"] == 0 and record["certifier"] != "refuted" else 0
         if clean >= clean_rounds:
             break
-        if not len(found):     # nothing to tune around: the same student, a fresh dense sample, the
-            known = (record, np.zeros((0, system.n)))      # certifier's verdict kept (it is deterministic)
+        if not len(found):     # nothing to tune around: check the same student again
             continue
-        known = None
         pool = torch.cat([pool, torch.as_tensor(found, dtype=torch.float64)])
         for _ in range(steps):
             near = pool[torch.randint(len(pool), (batch // 2,), generator=generator)]
@@ -186,6 +190,7 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
     return rounds
 
 
+ESCALATION = 4.0           # the longest certifier call of a round, in refine_time
 NEIGHBOURHOOD = 0.02       # a counterexample round's states: normal around the found ones, this share of D's edges
 
 
@@ -239,11 +244,9 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
-                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None,
-                     known: tuple[dict, np.ndarray] | None = None) -> tuple[np.ndarray, dict]:
+                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> tuple[np.ndarray, dict]:
     """The states where the student fails: the dense check's and the certifier's (continuous time,
-    boundary condition, ``time_limit`` seconds, one process), with a record of both.  ``known``:
-    the certifier's record and states for this very student, from the round before."""
+    boundary condition, ``time_limit`` seconds, one process), with a record of both."""
     import copy
     from training.certify.api import certify_module
     if sampled is None:
@@ -252,16 +255,11 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
     else:
         dense, failures = sampled(student)
         dense = np.asarray(dense, dtype=float)
-    if known is None:
-        cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
-                              domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
-        proven = np.asarray([c["x"] for cond in cert.conditions.values() for c in cond.counterexamples], float)
-        verdict = "certified" if cert.certified else ("refuted" if len(proven) else "undecided")
-        certifier = {"certifier": verdict, "certifier_counterexamples": len(proven),
-                     "certifier_s": round(cert.wall_time_s, 2)}
-    else:
-        certifier, proven = {k: known[0][k] for k in ("certifier", "certifier_counterexamples", "certifier_s")}, known[1]
-    dense = dense.reshape(-1, system.n)
-    found = np.concatenate([dense, proven.reshape(-1, system.n)])
-    return found, {"sampled_failures": int(failures), "sampled_states": len(dense), "tuned_around": int(len(found)),
-                   **certifier}
+    cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
+                          domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
+    proven = np.asarray([c["x"] for cond in cert.conditions.values() for c in cond.counterexamples], float)
+    found = np.concatenate([dense.reshape(-1, system.n), proven.reshape(-1, system.n)])
+    verdict = "certified" if cert.certified else ("refuted" if len(proven) else "undecided")
+    return found, {"sampled_failures": int(failures), "tuned_around": int(len(found)), "certifier": verdict,
+                   "certifier_counterexamples": len(proven), "certifier_limit_s": round(time_limit, 1),
+                   "certifier_s": round(cert.wall_time_s, 2)}

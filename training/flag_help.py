@@ -93,8 +93,9 @@ FIELD_HELP: dict[str, str] = {
     "distil_rounds": "distillation's counterexample rounds at most (each: a dense check, the certifier for "
                      "--distil-time-limit seconds, then a tune around what they found); raise it when the last "
                      "round still finds counterexamples",
-    "distil_time_limit": "seconds of certifier per distillation round; raise it when a student that ended "
-                         "clean is refuted by a longer certification",
+    "distil_time_limit": "seconds of certifier per distillation round, doubled after each call that found "
+                         "nothing (up to 4x); raise it when a student that ended clean is refuted by a longer "
+                         "certification",
     "faces": "states whose two faces of the domain the filter enforces as rows, NAME:GAMMA:MARGIN each "
              "(row d/dt c + GAMMA c >= MARGIN on c = hi - x and x - lo); not used by the training rounds, "
              "written into the card for the filter and the certifier, so the claim can be closed in that "
