@@ -106,6 +106,7 @@ def test_train_with_a_teacher_writes_a_relu_barrier_and_its_teacher(tmp_path):
                                    "--teacher-activation", "softplus", "--quick", "--no-verify", "--no-progress",
                                    "--out", str(out)])
     assert run.returncode in (1, 4), run.stderr          # a smoke run: passed (4) or failed (1), never crashed
+    assert "distilled from a softplus teacher" in run.stdout + run.stderr
     ops = {node.op_type for node in onnx.load(out / "model.onnx").graph.node}
     assert "Relu" in ops and "Softplus" not in ops
     card = json.loads((out / "model.json").read_text())

@@ -263,6 +263,14 @@ def _train(args: argparse.Namespace) -> int:
     log.info(f"{cfg.system}: trained in {result.train_time:.1f} s, {result.rounds} rounds -> {args.out}{smoke}")
     log.info(f"  trainer check ({check['n_checked']} states, float64): condition failures "
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
+    distilled = result.card["training"].get("distillation")
+    if distilled:
+        last = distilled["rounds"][-1] if distilled["rounds"] else None
+        state = "no rounds" if last is None else (
+            f"{len(distilled['rounds'])} counterexample rounds, the last " + (
+                "clean" if distilled["last_round_clean"] else
+                f"with {last['sampled_failures']} sampled failure(s), certifier {last['certifier']}"))
+        log.info(f"  distilled from a {distilled['teacher_activation']} teacher ({args.out / 'teacher'}): {state}")
     _print_verification(result.verification)
     if result.certificate is not None:
         c = result.certificate
@@ -276,6 +284,9 @@ def _train(args: argparse.Namespace) -> int:
         lines = diagnose(check, result.verification, result.card["state_names"], config)
         if result.certificate is not None and not result.certificate.certified:
             lines += diagnose_certificate(result.certificate, result.card["state_names"], config)
+        if distilled and not distilled["last_round_clean"]:
+            lines.append(f"the distillation's last round still found failures: try --distil-rounds "
+                         f"{2 * config['distil_rounds']} (now {config['distil_rounds']}), or a wider student")
         for line in lines:
             log.info(f"  {line}")
     if args.ship and args.quick:

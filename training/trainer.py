@@ -413,6 +413,10 @@ def finish_directory(directory: Path, card, cfg: TrainConfig, verify: bool) -> d
         card.verification = verification
     card.to_json(directory / CARD_NAME)
     from .curves import plot_training_curves
-    plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=f"Training: {card.system}",
+    title = f"Training: {card.system}"
+    distilled = card.training.get("distillation")
+    if distilled:                             # the curves are the teacher's: the student has no rounds of its own
+        title += f" (the {distilled['teacher_activation']} teacher; the model is distilled from it)"
+    plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=title,
                          certify_history=card.training.get("certify_history"))
     return verification
