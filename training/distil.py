@@ -27,6 +27,7 @@ that a certifier round's reach depends on the machine's speed (its time limit).
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -247,7 +248,6 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
                      sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> tuple[np.ndarray, dict]:
     """The states where the student fails: the dense check's and the certifier's (continuous time,
     boundary condition, ``time_limit`` seconds, one process), with a record of both."""
-    import copy
     from training.certify.api import certify_module
     if sampled is None:
         dense = uniform_failures(student, system, lo, hi)

@@ -32,14 +32,13 @@ from .samplers import ConstraintTools
 TEACHER_DIR = "teacher"
 
 
-def train_distilled(config: TrainConfig, out_dir: str | Path | None, *, progress: bool | None, overwrite: bool,
-                    verify: bool) -> Any:
+def train_distilled(config: TrainConfig, system: Any, res: Any, out_dir: str | Path | None, *,
+                    progress: bool | None, overwrite: bool, verify: bool) -> Any:
     """Train the teacher, distil it, check, export and (optionally) verify: ``train_barrier``'s
     contract (a ``TrainResult``; ``passed`` also asks that the last counterexample round found
-    none)."""
+    none).  ``system``, ``res``: the config's plant and its resolved fields (``train_barrier``
+    has them)."""
     from .trainer import TrainResult, finish_directory, train_barrier
-    system = config.build_system()
-    res = config.resolve(system)
     started = time.perf_counter()
     teacher_config = config.replace(activation=config.teacher_activation, teacher_activation=None, teacher_hidden=None,
                                     hidden=list(config.teacher_hidden or config.hidden))

@@ -313,7 +313,7 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
         raise FileExistsError(f"output directory {out_dir} exists; pass overwrite=True (CLI: --force) to replace it")
     if config.teacher_activation is not None:        # train a smooth teacher, distil it (distilled.py)
         from .distilled import train_distilled
-        return train_distilled(config, out_dir, progress=progress, overwrite=overwrite, verify=verify)
+        return train_distilled(config, system, res, out_dir, progress=progress, overwrite=overwrite, verify=verify)
     torch.set_num_threads(config.threads)
     torch.manual_seed(config.seed)
     gen = torch.Generator().manual_seed(config.seed)
