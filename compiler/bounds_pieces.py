@@ -108,8 +108,17 @@ def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return parent, region
 
 
-def pieces(model: Model, box, max_unstable: int = 10) -> Pieces:
-    """Every activation pattern that may occur in each box, as exact affine pieces."""
+def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
+           clamp: list | None = None) -> Pieces:
+    """Every activation pattern that may occur in each box, as exact affine pieces.
+
+    ``widen`` (per activation layer, (B, width) >= 0): slack added to each piece's bound on the
+    layer's pre-activations before branching, so a pattern is kept wherever a computation within
+    that distance of the piece's affine value could take it (the float32 header's own pattern:
+    its pre-activations lie within its error bound of the piece's, ``training/certify/level_pieces``).
+    ``clamp`` (per activation layer, (lo, hi) each (B, width)): an enclosure every such computation
+    lies in over the box (interval or zonotope bounds, so widened too); the piece's bound is
+    intersected with it, and a piece whose bound becomes empty is dropped."""
     validate(model, canonical=True)
     if model.embedding is not None:
         from .bounds import UnsupportedActivationError
@@ -133,10 +142,17 @@ def pieces(model: Model, box, max_unstable: int = 10) -> Pieces:
     unstable = np.zeros(batch, dtype=np.int64)
     enumerated = np.ones(batch, dtype=bool)
     dense_layers = [layer for layer in layers if isinstance(layer, Dense)]
-    for act_regions, dense in zip(regions, dense_layers[1:]):
+    for layer_no, (act_regions, dense) in enumerate(zip(regions, dense_layers[1:])):
         xc, xr = xc_all[box_index], xr_all[box_index]
         z_lo, z_hi = _affine_bounds(A, c, eA, ec, xc, xr)
+        if widen is not None:
+            slack = widen[layer_no][box_index]
+            z_lo, z_hi = np.nextafter(z_lo - slack, -np.inf), np.nextafter(z_hi + slack, np.inf)
+        if clamp is not None:
+            z_lo = np.maximum(z_lo, clamp[layer_no][0][box_index])
+            z_hi = np.minimum(z_hi, clamp[layer_no][1][box_index])
         first, last = act_regions.span(z_lo, z_hi)
+        last = np.where(z_lo > z_hi, first - 1, last)             # an empty bound: no region, the piece goes
         counts = counts + np.sum(last > first, axis=1)
         np.maximum.at(unstable, box_index, counts)
         enumerated &= unstable <= max_unstable

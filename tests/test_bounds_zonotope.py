@@ -49,7 +49,7 @@ def test_every_sampled_preactivation_lies_in_its_zonotope_bound(act):
 def test_on_a_relu_network_fewer_neurons_are_unstable_than_by_intervals():
     """Three layers of 16, boxes a tenth of the domain wide: the zonotope leaves fewer
     neurons whose bound straddles 0 than the interval enclosure (summed over the boxes), and
-    never more per neuron once intersected with it (as patterns.neuron_states does)."""
+    never more per neuron once intersected with it (as patterns.preactivation_enclosures does)."""
     torch.manual_seed(4)
     net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.ReLU(), torch.nn.Linear(16, 16), torch.nn.ReLU(),
                               torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1)).double()

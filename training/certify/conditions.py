@@ -35,8 +35,9 @@ its linear forms (``compiler.bounds_lie``) at each vertex of the input box and i
 where they fail on a network of one hidden layer, by its centred form at one input
 (``centred.py``); such a box is split
 along the edge with the largest |d row / dx_i| times its width.  The largest lower bound counts.
-A ReLU network's boundary condition is also bounded piece by piece on boxes with few unstable
-neurons (``patterns.py``: every activation pattern's exact gradient against the plant's F).
+A ReLU network's boundary condition is also bounded piece by piece on {h = 0}, on boxes with few
+unstable neurons (``level_pieces.py``: each piece's exact gradient and the slab of the box where its
+affine h is 0, against the plant's mean-value form).
 
 Each condition gives a lower bound (``score``, >= 0 proves it on the box; +inf where the box
 does not need it) so the branch and bound can work on the worst box first.  The sampled-data
@@ -56,7 +57,8 @@ from compiler.ir import Activation
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
 from .centred import best_vertex, centred_row
-from .patterns import pattern_row, supported
+from .level_pieces import level_piece_row
+from .patterns import supported
 from .containment import traded_containment
 from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
@@ -320,14 +322,16 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
 
 
 def _pattern_row(problem: Problem, box: Interval, plant: PlantTerms, feas: np.ndarray) -> np.ndarray:
-    """The boundary score of a ReLU network, raised by its activation patterns (``patterns.py``)
-    on the boxes where the interval bound fails and few neurons are unstable."""
+    """The boundary score of a ReLU network, raised piece by piece on {h = 0} (``level_pieces.py``)
+    on the boxes where the interval bound fails."""
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
     if not len(idx) or not supported(problem.model):
         return feas
+    sub = box[idx]
+    plant_box = plant_terms(problem.plant, sub, 1, with_input_jacobian=True)
+    centre = plant_terms(problem.plant, Interval.point(np.clip(sub.mid, sub.lo, sub.hi)), 1)
     out = feas.copy()
-    rows = pattern_row(problem.model, box[idx], plant.f[idx], plant.G[idx], _candidate_inputs(problem, len(idx)))
-    out[idx] = np.maximum(feas[idx], rows)
+    out[idx] = np.maximum(feas[idx], level_piece_row(problem.model, sub, centre, plant_box, problem.u_lo, problem.u_hi))
     return out
 
 
