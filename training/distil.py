@@ -1,7 +1,7 @@
 """A ReLU barrier distilled from a smooth one, to be proven piece by piece.
 
 The exact verifiers of the literature prove ReLU networks, and cbfsim's certifier decides a
-ReLU network's boundary condition pattern by pattern (``training/certify/patterns.py``).  The
+ReLU network's boundary condition piece by piece (``training/certify/level_pieces.py``).  The
 trainer fits Softplus barriers well; its ReLU fits leave pieces whose gradient breaks the
 condition (the obstacle-avoidance ReLU presets are refuted).  So a ReLU barrier is made from a
 Softplus one trained with room to spare (``cbfsim train --teacher-activation softplus``,
