@@ -91,7 +91,7 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     e_t = header_tangent_rounding(model, active, unstable, box.shape[0])
     b = found.box_index
     g, g_err = found.g, found.g_err
-    xc, r = box.mid[b], box.rad[b]
+    xc, r = np.clip(box.mid, box.lo, box.hi)[b], box.rad[b]          # the centre conditions.py takes the plant at
     # h_S(xc + d) = g . d + h_c + delta, |delta| <= the rounding of g, c and of h_c's own sum
     h_c = np.einsum("pi,pi->p", g, xc) + found.c
     delta = (gamma(g.shape[1] + 1) * (np.einsum("pi,pi->p", np.abs(g), np.abs(xc)) + np.abs(found.c))
