@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import UnsupportedOpError
 from .interval import Interval, as_interval, gamma
 from .ir import Activation, Dense, Model, validate
 

@@ -312,7 +312,7 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     split_by = _split_weights(t32)
     feas = _tighter_row(problem, box, t32, t32.LG, feas, None, 0.0, 0.0, split_by, on_level=True)
     if problem.relu_like:
-        feas = _pattern_row(problem, box, plant, feas)
+        feas = _level_piece_row(problem, box, feas)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     clos = _closure(problem, box, plant, meets)
     c = plant.constraint
@@ -321,7 +321,7 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
                      meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
 
 
-def _pattern_row(problem: Problem, box: Interval, plant: PlantTerms, feas: np.ndarray) -> np.ndarray:
+def _level_piece_row(problem: Problem, box: Interval, feas: np.ndarray) -> np.ndarray:
     """The boundary score of a ReLU network, raised piece by piece on {h = 0} (``level_pieces.py``)
     on the boxes where the interval bound fails."""
     idx = np.flatnonzero(np.isfinite(feas) & (feas < 0))
