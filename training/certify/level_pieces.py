@@ -43,7 +43,7 @@ from compiler.passes import canonicalize
 
 from .centred import best_vertex
 from .patterns import header_tangent_rounding, preactivation_enclosures
-from .terms import PlantTerms
+from .terms import PlantTerms, take_rows
 
 MAX_UNSTABLE = 8           # unstable neurons in a box before it is left to splitting (6: 7.1 s, 8: 6.8 s,
 #                            10: 11.8 s for the ReLU 3-64-64-1 obstacle-avoidance certificate)
@@ -65,13 +65,9 @@ def level_piece_row(model, box: Interval, centre: PlantTerms, plant: PlantTerms,
     out = np.empty(box.shape[0])
     for start in range(0, box.shape[0], CHUNK_BOXES):
         rows = slice(start, start + CHUNK_BOXES)
-        out[rows] = _chunk(model, box[rows], _take(centre, rows), _take(plant, rows), u_lo, u_hi, max_unstable)
+        out[rows] = _chunk(model, box[rows], take_rows(centre, rows), take_rows(plant, rows), u_lo, u_hi,
+                           max_unstable)
     return out
-
-
-def _take(plant: PlantTerms, rows) -> PlantTerms:
-    return PlantTerms(plant.f[rows], plant.G[rows], None if plant.Jf is None else plant.Jf[rows],
-                      plant.constraint[rows], None if plant.JG is None else plant.JG[rows])
 
 
 def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np.ndarray, u_hi: np.ndarray,
@@ -84,7 +80,7 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     few = np.flatnonzero(count <= max_unstable)                     # the rest: no piece is built
     if not len(few):
         return score
-    box, centre, plant, e_h = box[few], _take(centre, few), _take(plant, few), e_h[few]
+    box, centre, plant, e_h = box[few], take_rows(centre, few), take_rows(plant, few), e_h[few]
     enclosures = [(lo[few], hi[few]) for lo, hi in enclosures]
     errors, active, unstable = [e[few] for e in errors], [a[few] for a in active], [u[few] for u in unstable]
     found = pieces(model, box, max_unstable, widen=errors, clamp=enclosures)
@@ -137,12 +133,14 @@ class _RowParts:
             rounding = np.einsum("pi,pi->p", g_loss, F_mag) * _UP
             at_centre = (self.f_c + (self.G_c * u_iv).sum(-1)).lo
             whole_box = (self.f_B + (self.G_B * u_iv).sum(-1)).lo
-            lam = np.concatenate([np.zeros((len(g), 1)), np.where(g != 0, -s_mid / np.where(g != 0, g, 1.0), 0.0)], axis=1)
-            lam = np.where(np.isfinite(lam), lam, 0.0)                                       # (P, n + 1): the breakpoints
+            kinks = np.where(g != 0, -s_mid / np.where(g != 0, g, 1.0), 0.0)
+            lam = np.concatenate([np.zeros((len(g), 1)), np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
+            # lam: (P, n + 1), every breakpoint
             lam_h = lam * h_c[:, None]
             lam_h = lam_h - np.abs(lam_h) * 2 * _U
             slope = s_mid[:, None, :] + lam[:, :, None] * g[:, None, :]                       # (P, n + 1, n)
-            slope_up = np.abs(slope) + 2 * _U * (np.abs(s_mid)[:, None, :] + 2 * np.abs(lam[:, :, None] * g[:, None, :]))
+            lam_g = np.abs(lam[:, :, None] * g[:, None, :])
+            slope_up = np.abs(slope) + 2 * _U * (np.abs(s_mid)[:, None, :] + 2 * lam_g)
             cost = (np.abs(lam) * eps[:, None] + np.einsum("pki,pi->pk", slope_up, r)) * _UP * _UP
             dual = np.nextafter(lam_h - cost, -np.inf).max(axis=1)
             spread = (np.einsum("pi,pi->p", s_rad, r) + rounding) * _UP

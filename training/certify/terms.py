@@ -84,11 +84,12 @@ def _enclose(model: Any, box: Interval, order: int, float32: bool):
     _, first, inverse = np.unique(keys, axis=0, return_index=True, return_inverse=True)
     if len(first) == len(keys):
         return enclose(model, box, order=order, float32=float32)
-    return _take(enclose(model, box[first], order=order, float32=float32), inverse.reshape(-1))
+    return take_rows(enclose(model, box[first], order=order, float32=float32), inverse.reshape(-1))
 
 
-def _take(jets: Any, rows: np.ndarray) -> Any:
-    """The jets of the boxes ``rows`` (indices into the batch): every per-box field."""
+def take_rows(jets: Any, rows: Any) -> Any:
+    """The jets (or plant terms) of the boxes ``rows`` (indices into the batch, or a slice):
+    every per-box field."""
     from dataclasses import fields, is_dataclass, replace
     def pick(value: Any) -> Any:
         if isinstance(value, Interval):
