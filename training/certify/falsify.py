@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from . import counterexamples as ce
+from . import regions
 from .problem import Problem
 
 BOUNDARY_STATES = 1024
@@ -102,6 +103,8 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
             found.items[name].append((x[k], float(value[k]), None))
     if leaks:
         _leaks(problem, eps, rng, found)
+    if not found and problem.condition == "boundary" and regions.applies(problem):
+        _walk_regions(problem, x, deadline, found)
     if found or problem.dt == 0 or time.monotonic() > deadline:
         return found
     low, u = period_low(problem, x, eps)
@@ -121,6 +124,17 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
 
 
 FACE_STATES = 4096
+
+
+def _walk_regions(problem: Problem, x: np.ndarray, deadline: float, found: Found) -> None:
+    """The region walk (``regions.py``) from the patterns of the states x on {h = 0}: each
+    piece with a negative row gives candidates, confirmed in float64 like the rest."""
+    w = regions.walk(problem, x, deadline)
+    for piece in w.negative:
+        pts = regions.candidates(piece)
+        value = ce.check_points(problem, pts, 0.0)["feasibility"]
+        for k in np.flatnonzero(~np.isnan(value))[:1]:
+            found.items["feasibility"].append((pts[k], float(value[k]), None))
 
 
 def _leaks(problem: Problem, eps: float, rng: np.random.Generator, found: Found) -> None:
