@@ -124,6 +124,7 @@ class _PieceLP:
         self._hs = highspy
         self.solver = _quiet(highspy.Highs)
         self.solver.setOptionValue("output_flag", False)
+        self.solver.setOptionValue("presolve", "off")
         self.lo, self.hi = lo, hi
 
     def load(self, signs: np.ndarray, Z: np.ndarray, z0: np.ndarray, g: np.ndarray, c: float,
@@ -215,18 +216,43 @@ def walk(problem, seeds: np.ndarray, deadline: float, max_pieces: int | None = N
             out.negative.append(Piece(pattern.copy(), value, argmin, _centre(signs, Z, z0, g, c, lp.lo, lp.hi)))
             if len(out.negative) >= stop_at_negative:
                 break
-        for k in range(net.hidden):
+        flips = [k for k in range(net.hidden) if _flipped(pattern, k) not in seen]   # the rest are queued already
+        if len(flips) > 2 * net.n:
+            flips = np.intersect1d(flips, _facets_to_try(lp, signs[:, None] * Z, signs * z0))
+        for k in flips:
             if lp.minimise(signs[k] * Z[k]) and lp.value + signs[k] * z0[k] <= FACET_TOL:
-                flipped = pattern.copy()
-                flipped[k] = not flipped[k]
-                nkey = flipped.tobytes()
-                if nkey not in seen:
-                    seen.add(nkey)
-                    heapq.heappush(queue, (value, len(seen), nkey))
+                seen.add(_flipped(pattern, k))
+                heapq.heappush(queue, (value, len(seen), _flipped(pattern, k)))
     out.exhausted = not queue
     out.negative.sort(key=lambda p: p.value)
     out.seconds = time.monotonic() - began
     return out
+
+
+def _flipped(pattern: np.ndarray, k: int) -> bytes:
+    flipped = pattern.copy()
+    flipped[k] = not flipped[k]
+    return flipped.tobytes()
+
+
+def _facets_to_try(lp: _PieceLP, rows: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """The neurons whose facet may meet the piece: those whose margin rows @ x + offsets (>= 0
+    on the piece) can reach 0 on the piece's bounding box (2 n LPs: the caller asks when more
+    than 2 n facets are left to try)."""
+    n = rows.shape[1]
+    lo, hi = np.empty(n), np.empty(n)
+    for i in range(n):
+        unit = np.zeros(n)
+        unit[i] = 1.0
+        if not lp.minimise(unit):
+            return np.arange(len(rows))
+        lo[i] = lp.value
+        if not lp.minimise(-unit):
+            return np.arange(len(rows))
+        hi[i] = -lp.value
+    spread = 1e-9 * (1.0 + np.abs(lo) + np.abs(hi))           # the LP's own tolerance on the box's faces
+    least = offsets + np.minimum(rows * (lo - spread), rows * (hi + spread)).sum(axis=1)
+    return np.flatnonzero(least <= FACET_TOL * (1.0 + np.abs(rows).sum(axis=1)))
 
 
 def _centre(signs, Z, z0, g, c, lo, hi) -> np.ndarray:
