@@ -14,10 +14,13 @@ Softplus one trained with room to spare (``cbfsim train --teacher-activation sof
    h <= -``clearance`` where the plant's constraint fails, with the teacher's values kept;
 3. counterexample rounds (``refine_rounds``): a ReLU network breaks the conditions on thin
    pieces that uniform batches rarely hit (the 3 x 16 spacecraft student: one state in
-   400,000 with h >= 0 inside the keep-out ball).  Each round asks two oracles for states
-   where the student fails -- a dense sampled check (``sampled``; default: uniform states of D)
-   and the certifier itself for ``refine_time`` seconds (continuous time, boundary condition;
-   twice as long after each call that found nothing, up to ESCALATION times)
+   400,000 with h >= 0 inside the keep-out ball).  Each round asks its oracles for states
+   where the student fails -- a dense sampled check (``sampled``; default: uniform states of D);
+   on a linear plant, the region walk along {h = 0} (``training/certify/regions.py``: every
+   piece whose exact row minimum is below the slack, up to WALK_PIECES, worst first); and the
+   certifier itself for ``refine_time`` seconds (continuous time, boundary condition;
+   twice as long after each call that found nothing, up to ESCALATION times; skipped when the
+   walk met a violation)
    -- and tunes again with half of every batch drawn around those states.  It stops when
    neither has found a failure for ``clean_rounds`` rounds in a row.
 
@@ -172,7 +175,7 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
         # deterministic, so a longer one also looks deeper at an untouched student): a thin
         # failing piece of the 3 x 16 spacecraft student took 38 s to find, after rounds of 30 s
         limit = time_limit * min(2.0 ** undecided, ESCALATION)
-        found, record = _counterexamples(student, system, lo, hi, limit, sampled)
+        found, record = _counterexamples(student, system, lo, hi, limit, sampled, hinges.slack)
         undecided += record["certifier"] == "undecided"
         rounds.append({"round": k, **record})
         # clean: the near misses a dense check also returns are not failures
@@ -245,9 +248,12 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
-                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> tuple[np.ndarray, dict]:
-    """The states where the student fails: the dense check's and the certifier's (continuous time,
-    boundary condition, ``time_limit`` seconds, one process), with a record of both."""
+                     sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None, slack: float
+                     ) -> tuple[np.ndarray, dict]:
+    """The states where the student fails: the dense check's, the region walk's (pieces of
+    {h = 0} whose row falls below ``slack``, ``walked_failures``) and the certifier's (continuous
+    time, boundary condition, ``time_limit`` seconds, one process; not asked when the walk
+    already met a violation), with a record of each."""
     from training.certify.api import certify_module
     if sampled is None:
         dense = uniform_failures(student, system, lo, hi)
@@ -255,6 +261,13 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
     else:
         dense, failures = sampled(student)
         dense = np.asarray(dense, dtype=float)
+    walked, walk_record = walked_failures(student, system, lo, hi, time_limit, slack)
+    if walk_record.get("walk_violations"):     # exact violations already: the certifier would find the same first
+        found = np.concatenate([dense.reshape(-1, system.n), walked])
+        return found, {"sampled_failures": int(failures), "tuned_around": int(len(found)), "certifier": "refuted",
+                       "certifier_counterexamples": 0, "certifier_limit_s": round(time_limit, 1), "certifier_s": 0.0,
+                       **walk_record}
+    dense = np.concatenate([dense.reshape(-1, system.n), walked])
     cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
                           domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
     proven = np.asarray([c["x"] for cond in cert.conditions.values() for c in cond.counterexamples], float)
@@ -262,4 +275,36 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
     verdict = "certified" if cert.certified else ("refuted" if len(proven) else "undecided")
     return found, {"sampled_failures": int(failures), "tuned_around": int(len(found)), "certifier": verdict,
                    "certifier_counterexamples": len(proven), "certifier_limit_s": round(time_limit, 1),
-                   "certifier_s": round(cert.wall_time_s, 2)}
+                   "certifier_s": round(cert.wall_time_s, 2), **walk_record}
+
+
+WALK_PIECES = 4000         # a round's region walk keeps at most this many pieces below the slack
+
+
+def walked_failures(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
+                    slack: float) -> tuple[np.ndarray, dict]:
+    """(states (K, n), record): for a ReLU student on a linear plant, a point inside each piece
+    of {h = 0} whose exact row minimum lies below ``slack``, from the region walk
+    (``training/certify/regions.py``) for ``time_limit`` seconds; none (and an empty record) for
+    other students.  The certifier's falsifier walks too, but keeps only a few violations, one
+    state each: a student whose {h = 0} has 140,000 pieces needs them by the thousand."""
+    import time
+
+    from compiler.frontend_torch import load_torch
+    from training.certify import regions
+    from training.certify.build import build_problem
+    from training.certify.falsify import boundary_states
+    none = np.empty((0, system.n))
+    model = load_torch(copy.deepcopy(student).float().eval())
+    problem = build_problem(model, None, system=system, condition="boundary", scope="in-domain",
+                            domain_lo=lo.tolist(), domain_hi=hi.tolist())
+    if not regions.applies(problem):
+        return none, {}
+    from training.certify.counterexamples import to_zero_level
+    near = boundary_states(problem, np.random.default_rng(0))
+    seeds = np.concatenate([near, to_zero_level(problem, near, np.arange(len(near)))[0]])
+    w = regions.walk(problem, seeds, time.monotonic() + time_limit, stop_at_negative=WALK_PIECES, below=slack)
+    states = [regions.candidates(p)[-1] for p in w.negative]          # the deepest pull: well inside the piece
+    return (np.asarray(states).reshape(-1, system.n) if states else none), {
+        "walk_pieces": w.pieces, "walk_below_slack": len(w.negative),
+        "walk_violations": sum(p.value < 0 for p in w.negative), "walk_s": round(w.seconds, 2)}

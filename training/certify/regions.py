@@ -78,7 +78,7 @@ class Walk:
     pieces: int = 0
     empty: int = 0             # patterns whose region misses {h = 0} in D
     exhausted: bool = False    # no neighbour left to visit (every piece reachable from the seeds was solved)
-    negative: list[Piece] = field(default_factory=list)
+    negative: list[Piece] = field(default_factory=list)    # the pieces whose row fell below ``below``
     values: dict[bytes, float] = field(default_factory=dict)   # pattern (bool bytes) -> the row's minimum
     seconds: float = 0.0
 
@@ -177,11 +177,12 @@ def _quiet(make):
         os.close(saved)
 
 
-def walk(problem, seeds: np.ndarray, deadline: float, max_pieces: int | None = None, stop_at_negative: int = 8
-         ) -> Walk:
+def walk(problem, seeds: np.ndarray, deadline: float, max_pieces: int | None = None, stop_at_negative: int = 8,
+         below: float = 0.0) -> Walk:
     """Solve the pieces of {h = 0} reachable from the patterns of ``seeds`` (states on or near
     it), worst first, until ``deadline`` (time.monotonic), ``max_pieces``, or
-    ``stop_at_negative`` pieces with a negative row (module docstring)."""
+    ``stop_at_negative`` pieces whose row falls below ``below`` (0: the violations; the
+    distillation asks for a slack) (module docstring)."""
     began = time.monotonic()
     plant = linear_plant(problem.system)
     if plant is None:
@@ -212,7 +213,7 @@ def walk(problem, seeds: np.ndarray, deadline: float, max_pieces: int | None = N
         out.pieces += 1
         value, argmin = lp.value + constant, lp.point
         out.values[key] = value
-        if value < 0:
+        if value < below:
             out.negative.append(Piece(pattern.copy(), value, argmin, _centre(signs, Z, z0, g, c, lp.lo, lp.hi)))
             if len(out.negative) >= stop_at_negative:
                 break
