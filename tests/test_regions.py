@@ -183,6 +183,7 @@ def test_a_violation_two_millionths_wide_is_found_and_confirmed():
     net = tent_barrier(TENT_SLOPE)
     cert = certify_module(net, s, condition="boundary", scope="in-domain", time_limit=60)
     assert not cert.certified and cert.boxes["evaluated"] == 0, cert.summary()     # by the falsifier, before any box
+    assert cert.region_walk["violations"] >= 1 and cert.region_walk["least_row"] == pytest.approx(1 - 0.5 * TENT_SLOPE)
     found = cert.conditions["feasibility"].counterexamples
     for c in found:
         x = np.array(c["x"])
@@ -207,5 +208,7 @@ def test_without_the_walk_the_falsifier_misses_it_and_without_the_tent_it_is_cer
     monkeypatch.undo()
     flat = certify_module(tent_barrier(0.0), s, condition="boundary", scope="in-domain", time_limit=60)
     assert flat.certified, flat.summary()
+    assert flat.region_walk["exhausted"] and flat.region_walk["violations"] == 0
+    assert flat.region_walk["least_row"] == pytest.approx(1.0)
     clean = regions.walk(_problem(tent_barrier(0.0), s), seeds, deadline=float("inf"))
     assert clean.exhausted and not clean.negative and min(clean.values.values()) == pytest.approx(1.0)

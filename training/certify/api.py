@@ -100,6 +100,7 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
     best: SearchResult | None = None
     budget = max_boxes
     refutations: dict[str, list[dict[str, Any]]] = {}      # condition -> the latest confirmed counterexamples
+    walk: dict[str, Any] | None = None                     # the latest region walk's summary
     eps = walls.next()
     while eps is not None:
         share = 1.0 if walls.fixed else (RECORDED_SHARE if walls.tries == 1 and walls.recorded else 0.5)
@@ -107,7 +108,8 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
         until = min(deadline, now + share * (deadline - now)) if np.isfinite(deadline) else deadline
         began = time.monotonic()
         span = until - began if np.isfinite(until) else 2 * FALSIFY_MIN_S
-        attempt = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, span)), starts)
+        attempt, walked = _falsified(problem, eps, began + max(FALSIFY_SHARE * span, min(FALSIFY_MIN_S, span)), starts)
+        walk = walked or walk
         if attempt is None:
             bar = _progress_bar(eps) if progress else None
             try:
@@ -137,7 +139,9 @@ def _search_margins(problem: Problem, card: Any, margin: float | None, start_mar
     if best is None:            # each wall's own evidence: feasibility from above, sampled data from below
         for name, found in refutations.items():
             result.counterexamples[name] = found
-    return _certificate(problem, best or result, tried, time.monotonic() - started, walls, runner)
+    cert = _certificate(problem, best or result, tried, time.monotonic() - started, walls, runner)
+    cert.region_walk = walk
+    return cert
 
 
 def certify_module(module: Any, system: Any, *, onnx_path: str | os.PathLike | None = None,
@@ -173,18 +177,20 @@ def _margin_walls(problem: Problem, card: Any, margin: float | None, given: floa
     return MarginWalls(start, recorded=informed)
 
 
-def _falsified(problem: Problem, eps: float, until: float, starts: np.ndarray) -> SearchResult | None:
-    """A refuted SearchResult when the falsifier finds a confirmed violation, else None."""
+def _falsified(problem: Problem, eps: float, until: float, starts: np.ndarray
+               ) -> tuple[SearchResult | None, dict[str, Any] | None]:
+    """(a refuted SearchResult when the falsifier finds a confirmed violation, else None; the
+    region walk's summary, where it ran)."""
     from .branch import _record
     from .falsify import falsify
     found = falsify(problem, eps, until, starts=starts)
     if not found:
-        return None
+        return None, found.walk
     res = SearchResult(eps, refuted=1, stopped="counterexample", touched=np.zeros((problem.n, 2), dtype=bool))
     for name, items in found.items.items():
         for x, value, u in items:
             _record(res, name, x, value, problem, u=u)
-    return res
+    return res, found.walk
 
 
 def _version() -> str:

@@ -64,6 +64,8 @@ class Certificate:
     #                                           sets (initial_set, unsafe_set), claim scope
     command: str = ""                         # the certify command line; each counterexample's "replay" extends it
     report_time_s: float = 0.0                # after the verdict: the coverage volumes, the backup-safe share, the claim
+    region_walk: dict[str, Any] | None = None  # the falsifier's walk along {h = 0} (regions.py), not a proof: pieces,
+    #                                           exhausted, least_row, violations, seconds; None where it does not apply
 
     def to_dict(self) -> dict[str, Any]:
         return _jsonable(asdict(self))
@@ -110,6 +112,11 @@ class Certificate:
             lines.append(f"  backup-safe states inside {{h >= 0}} (not a certified set): {self.backup_safe_coverage:.1%}")
         if self.reason:
             lines.append(f"  {self.reason}")
+        w = self.region_walk
+        if w and not self.certified and not w["violations"]:
+            reach = "every piece reachable from the sampled boundary states" if w["exhausted"] else "stopped by its time share"
+            lines.append(f"  region walk (not a proof): {w['pieces']} pieces of {{h = 0}} solved in {w['seconds']:.1f} s "
+                         f"({reach}), least sup_u hdot on them {w['least_row']:.4g}")
         if len(self.margins_tried) > 1:
             tries = "; ".join(f"{t['margin']:g}: " + ("certified" if t["certified"] else
                               ", ".join(f"{n} {k}" for k, n in t["counterexamples"].items()) or t["ended"])

@@ -43,6 +43,8 @@ class Found:
     items: dict[str, list[tuple[np.ndarray, float, Any]]] = field(
         default_factory=lambda: {"containment": [], "feasibility": [], "sampled_data": [], "closure": [], "initial": []})
 
+    walk: dict[str, Any] | None = None     # the region walk's summary (``Certificate.region_walk``), where it ran
+
     def __bool__(self) -> bool:
         return any(self.items.values())
 
@@ -134,6 +136,8 @@ def _walk_regions(problem: Problem, x: np.ndarray, deadline: float, found: Found
     """The region walk (``regions.py``) from the patterns of the states x on {h = 0}: each
     piece with a negative row gives candidates, confirmed in float64 like the rest."""
     w = regions.walk(problem, x, deadline)
+    found.walk = {"pieces": w.pieces, "exhausted": w.exhausted, "violations": len(w.negative),
+                  "least_row": min(w.values.values(), default=float("nan")), "seconds": round(w.seconds, 3)}
     for piece in w.negative:
         pts = regions.candidates(piece)
         value = ce.check_points(problem, pts, 0.0)["feasibility"]
