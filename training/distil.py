@@ -300,11 +300,11 @@ def walked_failures(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.
                             domain_lo=lo.tolist(), domain_hi=hi.tolist())
     if not regions.applies(problem):
         return none, {}
-    from training.certify.counterexamples import to_zero_level
+    from training.certify.counterexamples import ON_ZERO, to_zero_level
     near = boundary_states(problem, np.random.default_rng(0))
     seeds = np.concatenate([near, to_zero_level(problem, near, np.arange(len(near)))[0]])
     w = regions.walk(problem, seeds, time.monotonic() + time_limit, stop_at_negative=WALK_PIECES, below=slack)
     states = [regions.candidates(p)[-1] for p in w.negative]          # the deepest pull: well inside the piece
     return (np.asarray(states).reshape(-1, system.n) if states else none), {
         "walk_pieces": w.pieces, "walk_below_slack": len(w.negative),
-        "walk_violations": sum(p.value < 0 for p in w.negative), "walk_s": round(w.seconds, 2)}
+        "walk_violations": sum(p.value < -ON_ZERO for p in w.negative), "walk_s": round(w.seconds, 2)}
