@@ -212,3 +212,23 @@ def test_without_the_walk_the_falsifier_misses_it_and_without_the_tent_it_is_cer
     assert flat.region_walk["least_row"] == pytest.approx(1.0)
     clean = regions.walk(_problem(tent_barrier(0.0), s), seeds, deadline=float("inf"))
     assert clean.exhausted and not clean.negative and min(clean.values.values()) == pytest.approx(1.0)
+
+
+def test_the_distillation_oracle_returns_a_state_inside_each_piece_below_the_slack():
+    """``training.distil.walked_failures``: on the tent barrier, slack 0 gives the falling side
+    (a state strictly inside it, where torch float64's row is the piece's), slack 1.5 the falling
+    side and the two flat pieces (row 1), not the rising side (row 1 + 0.5 slope = 3); a Softplus
+    student gives none."""
+    from training.distil import walked_failures
+    s = Sideways()
+    lo, hi = (np.asarray(v, float) for v in s.domain)
+    x, record = walked_failures(tent_barrier(TENT_SLOPE), s, lo, hi, 30.0, 0.0)
+    assert record["walk_violations"] == len(x) == 1
+    h, row = _row64(tent_barrier(TENT_SLOPE), s, x)
+    assert TENT_AT < x[0, 0] < TENT_AT + TENT_WIDTH and abs(h[0]) < 1e-9
+    assert row[0] == pytest.approx(1 - 0.5 * TENT_SLOPE, abs=1e-9)
+    x, record = walked_failures(tent_barrier(TENT_SLOPE), s, lo, hi, 30.0, 1.5)
+    assert record["walk_pieces"] == 4 and record["walk_below_slack"] == len(x) == 3 and record["walk_violations"] == 1
+    smooth = nn.Sequential(nn.Linear(2, 4), nn.Softplus(), nn.Linear(4, 1))
+    x, record = walked_failures(smooth, s, lo, hi, 30.0, 0.0)
+    assert x.shape == (0, 2) and record == {}
