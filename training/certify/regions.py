@@ -14,8 +14,8 @@ neighbours: the neuron k is flipped when its facet {z_k = 0} meets S (one more L
 the same constraints, another objective; only for neurons whose flip is new and whose facet
 can meet the piece's bounding box).  Pieces are taken worst first (by the row's
 minimum on the piece they were reached from), so a violation, which is where the row falls,
-is met early: on the 3 x 16 spacecraft student the first confirmed one came after 311 pieces
-and 3.4 s; the box search refuted it after 2,364 s.
+is met early: on the 3 x 16 spacecraft student the first confirmed one came after 3.1 s
+(``benchmarks/region_walk.py``, about 6 ms a piece); the box search refuted it after 2,364 s.
 
 It proves nothing.  A component of {h = 0} with no seed is never reached, and the LPs are not
 rigorous; only the counterexamples it finds count, and each is confirmed independently.
