@@ -168,7 +168,10 @@ def _quiet(make):
     """make() with the C library's stdout sent to /dev/null: HiGHS prints its banner when a
     solver is built, before any option can silence it."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    try:
+        saved = os.dup(1)
+    except OSError:                  # no stdout to silence
+        return make()
     try:
         with open(os.devnull, "w") as null:
             os.dup2(null.fileno(), 1)
