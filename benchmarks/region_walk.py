@@ -29,12 +29,11 @@ def walk_row(run: Path, system: str, seconds: float) -> dict:
     from training.certify import counterexamples as ce
     from training.certify import regions
     from training.certify.build import build_problem
-    from training.certify.falsify import boundary_states
+    from training.certify.falsify import boundary_and_level_states
     problem = build_problem(run / "model.onnx", None, system=system, condition="boundary", scope="in-domain")
-    x = boundary_states(problem, np.random.default_rng(0))
-    on, _ = ce.to_zero_level(problem, x, np.arange(len(x)))
+    seeds = boundary_and_level_states(problem)
     began = time.monotonic()
-    first = regions.walk(problem, np.concatenate([x, on]), began + seconds, stop_at_negative=1)
+    first = regions.walk(problem, seeds, began + seconds, stop_at_negative=1)
     t_first = time.monotonic() - began if first.negative else float("nan")
     confirmed = float("nan")
     if first.negative:
@@ -42,7 +41,7 @@ def walk_row(run: Path, system: str, seconds: float) -> dict:
         if np.any(~np.isnan(ce.check_points(problem, pts, 0.0)["feasibility"])):
             confirmed = time.monotonic() - began
     began = time.monotonic()
-    full = regions.walk(problem, np.concatenate([x, on]), began + seconds, stop_at_negative=10 ** 9)
+    full = regions.walk(problem, seeds, began + seconds, stop_at_negative=10 ** 9)
     least = min(full.values.values()) if full.values else float("nan")
     return {"run": run.name, "pieces": full.pieces, "empty": full.empty, "exhausted": full.exhausted,
             "negative": len(full.negative), "least": least, "first_negative_s": t_first,

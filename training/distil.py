@@ -293,17 +293,16 @@ def walked_failures(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.
     from compiler.frontend_torch import load_torch
     from training.certify import regions
     from training.certify.build import build_problem
-    from training.certify.falsify import boundary_states
+    from training.certify.falsify import boundary_and_level_states
     none = np.empty((0, system.n))
     model = load_torch(copy.deepcopy(student).float().eval())
     problem = build_problem(model, None, system=system, condition="boundary", scope="in-domain",
                             domain_lo=lo.tolist(), domain_hi=hi.tolist())
     if not regions.applies(problem):
         return none, {}
-    from training.certify.counterexamples import ON_ZERO, to_zero_level
-    near = boundary_states(problem, np.random.default_rng(0))
-    seeds = np.concatenate([near, to_zero_level(problem, near, np.arange(len(near)))[0]])
-    w = regions.walk(problem, seeds, time.monotonic() + time_limit, stop_at_negative=WALK_PIECES, below=slack)
+    from training.certify.counterexamples import ON_ZERO
+    w = regions.walk(problem, boundary_and_level_states(problem), time.monotonic() + time_limit,
+                     stop_at_negative=WALK_PIECES, below=slack)
     states = [regions.candidates(p)[-1] for p in w.negative]          # the deepest pull: well inside the piece
     return (np.asarray(states).reshape(-1, system.n) if states else none), {
         "walk_pieces": w.pieces, "walk_below_slack": len(w.negative),

@@ -66,6 +66,13 @@ def boundary_states(problem: Problem, rng: np.random.Generator, count: int = BOU
     return np.concatenate([a, near])
 
 
+def boundary_and_level_states(problem: Problem, seed: int = 0) -> np.ndarray:
+    """``boundary_states`` and the same states moved onto {h = 0}: the seeds the falsifier's
+    region walk starts from (the distillation's and ``benchmarks/region_walk.py``'s walks too)."""
+    x = boundary_states(problem, np.random.default_rng(seed))
+    return np.concatenate([x, ce.to_zero_level(problem, x, np.arange(len(x)))[0]])
+
+
 def period_low(problem: Problem, x: np.ndarray, eps: float, steps: int = SEARCH_RK4_STEPS
                ) -> tuple[np.ndarray, np.ndarray]:
     """(lowest level reached over one held period under the worst admissible candidate input,
