@@ -87,3 +87,44 @@ def braking_margin(system: Spacecraft, x: np.ndarray) -> np.ndarray:
 
 def spacecraft(**params: float) -> Spacecraft:
     return Spacecraft(SpacecraftParams(**params))
+
+
+def axis_drift(p: SpacecraftParams, axis: int) -> float:
+    """sup over D of |e_axis . A_v x|, the CWH drift of one velocity component."""
+    n, P, V = p.n_orbit, p.p_max, p.v_max
+    return (3 * n**2 * P + 2 * n * V, 2 * n * V, n**2 * P)[axis]
+
+
+def braking_terms(p: SpacecraftParams, knots: tuple[float, ...] = (0.2,), axes: tuple[int, ...] = (0, 1),
+                  margin: float = 0.1) -> list[tuple]:
+    """A barrier written down as a maximum of ReLU terms (``training.designed.relu_max_network``):
+    one braking term per direction d = +-e_i, i in ``axes``,
+
+        h_d = d.p - radius - clearance - phi(d.v),   phi(s) = sum_k c_k relu(t_k - s) (knots t_k),
+
+    a slab the chaser keeps by braking along d.  On the piece of phi with slope -C (s in [t', t]),
+    hdot_d = s + C d.(A_v x + u) and some admissible u gives d.u = u_max, so sup_u hdot_d >=
+    t' + C (u_max - axis_drift) = ``margin`` for C = (margin - t') / (u_max - axis_drift); beyond
+    the first knot (s >= knots[0] >= margin) phi = 0 and hdot_d = s.  Each term keeps its
+    condition on its own zero level in D, so the maximum does on its own, and h_d >= 0 gives
+    |p| >= d.p >= radius + clearance: outside the keep-out ball.  The set is a union of slabs, far
+    smaller than ``braking_margin``'s; it is the barrier whose certification does not hinge on
+    training (benchmarks/certify_suite.py)."""
+    knots = tuple(float(t) for t in knots)
+    if not knots or list(knots) != sorted(knots, reverse=True) or knots[-1] <= -p.v_max or knots[0] < margin:
+        raise ValueError(f"knots must decrease from >= margin {margin} and stay above -v_max {-p.v_max}, got {knots}")
+    lower = knots[1:] + (-p.v_max,)          # each piece of phi runs from its knot down to the next
+    terms = []
+    for axis in axes:
+        room = p.u_max - axis_drift(p, axis)
+        if room <= 0:
+            raise ValueError(f"axis {axis}: the drift {axis_drift(p, axis):.3g} uses the whole input {p.u_max}")
+        slopes = [(margin - t) / room for t in lower]
+        for sign in (1.0, -1.0):
+            d = np.zeros(3)
+            d[axis] = sign
+            a = np.concatenate([d, np.zeros(3)])
+            hinges = [(-(slopes[k] - (slopes[k - 1] if k else 0.0)), np.concatenate([np.zeros(3), -d]), knots[k])
+                      for k in range(len(knots))]
+            terms.append((a, -(p.radius + p.clearance), hinges))
+    return terms

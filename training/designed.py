@@ -45,3 +45,130 @@ def affine_softplus_network(w, offset: float, domain_lo, domain_hi, hidden: int 
         net[2].weight.fill_(1.0 / hidden)
         net[2].bias.fill_(-float(np.mean(lifts)))
     return net.float().eval(), error
+
+
+# --- a maximum of piecewise-linear terms, as an exact ReLU network -----------------------------
+
+def _interval(weights: np.ndarray, bias: float, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
+    """The range of weights.x + bias over the box [lo, hi]."""
+    return (bias + float(np.sum(np.minimum(weights * lo, weights * hi))),
+            bias + float(np.sum(np.maximum(weights * lo, weights * hi))))
+
+
+def _term_range(term: tuple, lo: np.ndarray, hi: np.ndarray) -> tuple[float, float]:
+    """An enclosure over the box of a.x + b + sum_k w_k relu(c_k.x + d_k)."""
+    a, b, hinges = term
+    low, high = _interval(np.asarray(a, dtype=np.float64), float(b), lo, hi)
+    for w, c, d in hinges:
+        z_lo, z_hi = _interval(np.asarray(c, dtype=np.float64), float(d), lo, hi)
+        r_lo, r_hi = max(z_lo, 0.0), max(z_hi, 0.0)
+        low += min(w * r_lo, w * r_hi)
+        high += max(w * r_lo, w * r_hi)
+    return low, high
+
+
+def relu_max_network(terms: list[tuple], domain_lo, domain_hi, widths: tuple[int, ...] = (8, 8, 8)):
+    """An ``nn.Sequential`` of Linear/ReLU layers of the given hidden ``widths`` computing, exactly
+    on the box [domain_lo, domain_hi], max_j term_j(x) with term_j = a.x + b + sum_k w_k relu(c_k.x + d_k)
+    (each term a tuple (a, b, [(w_k, c_k, d_k), ...])).
+
+    Why a maximum: {max_j h_j >= 0} is the union of the sets {h_j >= 0}, and on each piece of its
+    zero level the network's gradient is one term's, so a union of barriers written down term by
+    term (each holding its condition on its own zero level) is one ReLU barrier the header, the
+    certifier and the simulator take as they take a trained one.
+
+    Layer 1 holds every hinge and, per term, a unit relu(a.x + L) with L lifting a.x above zero
+    on the box (so the unit is the identity plus L there); each later layer halves the list by
+    max(u, v) = relu(u - v) + relu(v + M) - M, M lifting v above zero likewise, and passes a lone
+    value on as relu(v + M) - M.  Unused units get weight 0 and bias -1: always off."""
+    import torch
+    lo, hi = np.asarray(domain_lo, dtype=np.float64), np.asarray(domain_hi, dtype=np.float64)
+    n = lo.shape[0]
+    if not terms:
+        raise ValueError("relu_max_network needs at least one term")
+    if lo.ndim != 1 or hi.shape != lo.shape or not np.all(lo <= hi):
+        raise ValueError(f"domain_lo and domain_hi must be vectors of one length with lo <= hi, got {lo}, {hi}")
+    for j, (a, _, hinges) in enumerate(terms):
+        shapes = [np.shape(a)] + [np.shape(c) for _, c, _ in hinges]
+        if any(s != (n,) for s in shapes):
+            raise ValueError(f"term {j}: every a and c_k must have the domain's length {n}, got shapes {shapes}")
+    levels = int(np.ceil(np.log2(len(terms))))
+    if len(widths) < 1 + levels:
+        raise ValueError(f"{len(terms)} terms need 1 + {levels} hidden layers (a maximum of pairs per layer), "
+                         f"got {len(widths)}")
+
+    # layer 1: units as (row over x, bias); each term's value as (row over units, bias)
+    units: list[tuple[np.ndarray, float]] = []
+    values: list[tuple[dict[int, float], float]] = []
+    ranges = []
+    for a, b, hinges in terms:
+        a = np.asarray(a, dtype=np.float64)
+        lift = 1.0 - _interval(a, 0.0, lo, hi)[0]
+        units.append((a, lift))
+        row = {len(units) - 1: 1.0}
+        for w, c, d in hinges:
+            units.append((np.asarray(c, dtype=np.float64), float(d)))
+            row[len(units) - 1] = float(w)
+        values.append((row, float(b) - lift))
+        ranges.append(_term_range((a, b, hinges), lo, hi))
+    layers = [_first_layer(units, widths[0], n)]
+
+    for width in widths[1:]:
+        units, next_values, next_ranges = [], [], []
+        for i in range(0, len(values), 2):
+            pair = values[i:i + 2]
+            keep, (k_lo, k_hi) = pair[-1], ranges[i + len(pair) - 1]
+            lift = 1.0 - k_lo
+            units.append((keep[0], keep[1] + lift))               # relu(v + M)
+            row = {len(units) - 1: 1.0}
+            if len(pair) == 2:
+                (u_row, u_bias), (v_row, v_bias) = pair
+                diff = {k: u_row.get(k, 0.0) - v_row.get(k, 0.0) for k in set(u_row) | set(v_row)}
+                units.append((diff, u_bias - v_bias))              # relu(u - v)
+                row[len(units) - 1] = 1.0
+                next_ranges.append((max(ranges[i][0], k_lo), max(ranges[i][1], k_hi)))
+            else:
+                next_ranges.append((k_lo, k_hi))
+            next_values.append((row, -lift))
+        layers.append(_hidden_layer(units, width, layers[-1].out_features))
+        values, ranges = next_values, next_ranges
+    (row, bias), = values
+    out = torch.nn.Linear(widths[-1], 1)
+    with torch.no_grad():
+        out.weight.zero_()
+        for k, w in row.items():
+            out.weight[0, k] = w
+        out.bias.fill_(bias)
+    modules = []
+    for layer in layers:
+        modules += [layer, torch.nn.ReLU()]
+    return torch.nn.Sequential(*modules, out).float().eval()
+
+
+def _first_layer(units: list[tuple[np.ndarray, float]], width: int, n: int):
+    import torch
+    if len(units) > width:
+        raise ValueError(f"layer 1 needs {len(units)} units (a lift per term and every hinge), has width {width}")
+    layer = torch.nn.Linear(n, width)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.fill_(-1.0)
+        for k, (row, bias) in enumerate(units):
+            layer.weight[k] = torch.as_tensor(row)
+            layer.bias[k] = bias
+    return layer
+
+
+def _hidden_layer(units: list[tuple[dict[int, float], float]], width: int, previous: int):
+    import torch
+    if len(units) > width:
+        raise ValueError(f"a layer of the maximum needs {len(units)} units, has width {width}")
+    layer = torch.nn.Linear(previous, width)
+    with torch.no_grad():
+        layer.weight.zero_()
+        layer.bias.fill_(-1.0)
+        for k, (row, bias) in enumerate(units):
+            for j, w in row.items():
+                layer.weight[k, j] = w
+            layer.bias[k] = bias
+    return layer

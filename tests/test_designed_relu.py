@@ -1,0 +1,121 @@
+"""A ReLU barrier written down as a maximum of piecewise-linear terms (training/designed.py:
+relu_max_network) and the spacecraft's braking slabs (systems.spacecraft:braking_terms).  The
+network is checked against the terms evaluated in numpy float64 and its gradient against torch
+float64 autograd; the slabs' boundary condition against the plant's own f and G at states on the
+network's zero level; the certifier must prove the 6-D barrier and refute one with slopes too
+shallow, with a counterexample torch confirms."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from systems.spacecraft import braking_terms, spacecraft  # noqa: E402
+from training.designed import relu_max_network  # noqa: E402
+
+SYSTEM = spacecraft()
+LO, HI = SYSTEM.domain
+DESIGNS = [((0.2,), (8, 8, 8)), ((0.2, -0.3, -0.65), (16, 16, 16))]
+
+
+def _terms_numpy(terms, x: np.ndarray) -> np.ndarray:
+    """Every term a.x + b + sum_k w_k relu(c_k.x + d_k) at x, one column per term."""
+    return np.stack([x @ a + b + sum(w * np.maximum(x @ c + d, 0.0) for w, c, d in hinges)
+                     for a, b, hinges in terms], axis=1)
+
+
+def _autograd(net, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    seq = net.double()
+    X = torch.as_tensor(x).requires_grad_(True)
+    h = seq(X)[:, 0]
+    (g,) = torch.autograd.grad(h.sum(), X)
+    return h.detach().numpy(), g.numpy()
+
+
+def _states(rng, count: int) -> np.ndarray:
+    return rng.uniform(LO, HI, size=(count, len(LO)))
+
+
+@pytest.mark.parametrize("knots, widths", DESIGNS)
+def test_the_network_is_the_maximum_of_its_terms_and_its_gradient_the_active_terms(knots, widths):
+    terms = braking_terms(SYSTEM.params, knots)
+    net = relu_max_network(terms, LO, HI, widths)
+    assert [tuple(p.shape)[0] for p in net.parameters()][::2] == list(widths) + [1]
+    x = np.vstack([_states(np.random.default_rng(0), 20000), LO[None], HI[None]])
+    h, g = _autograd(net, x)
+    values = _terms_numpy(terms, x)
+    np.testing.assert_allclose(h, values.max(axis=1), atol=1e-6)      # float32 weights: 1e-7 relative
+    # away from ties and kinks the gradient is the active term's: a + sum of the live hinges' w c
+    top2 = np.sort(values, axis=1)[:, -2:]
+    hinge_pre = [[x @ c + d for _, c, d in hinges] for _, _, hinges in terms]
+    clear = (top2[:, 1] - top2[:, 0] > 1e-3) & np.all([np.abs(z).min(axis=0) > 1e-3 for z in hinge_pre], axis=0)
+    active = values.argmax(axis=1)
+    expected = np.array([terms[j][0] + sum(w * c * (x[i] @ c + d > 0) for w, c, d in terms[j][2])
+                         for i, j in enumerate(active)])
+    assert clear.sum() > 15000
+    np.testing.assert_allclose(g[clear], expected[clear], atol=1e-6)
+
+
+@pytest.mark.parametrize("knots, widths", DESIGNS)
+def test_the_slabs_hold_the_boundary_condition_and_stay_out_of_the_keep_out_ball(knots, widths):
+    net = relu_max_network(braking_terms(SYSTEM.params, knots), LO, HI, widths)
+    rng = np.random.default_rng(1)
+    x = _states(rng, 40000)
+    # move each state onto {h = 0} along the position axis of its active slab: h is affine there
+    # with slope +-1, so one Newton step lands within float round-off
+    for _ in range(3):
+        h, g = _autograd(net, x)
+        axis = np.argmax(np.abs(g[:, :3]), axis=1)
+        x[np.arange(len(x)), axis] -= h / g[np.arange(len(x)), axis]
+    x = x[np.all((x >= LO) & (x <= HI), axis=1)]
+    h, g = _autograd(net, x)
+    on = np.abs(h) < 1e-9
+    assert on.sum() > 10000
+    f, G = SYSTEM.f(x[on]), SYSTEM.G(x[on])                           # the plant's own definition
+    lf = np.einsum("bi,bi->b", g[on], f)
+    lg = np.einsum("bi,bij->bj", g[on], G)
+    sup_hdot = lf + np.abs(lg) @ SYSTEM.u_max                          # |u_i| <= u_max, symmetric
+    assert sup_hdot.min() >= 0.1 - 1e-6                                # the design's margin
+    # containment: h >= 0 only where |p| >= radius + clearance (dense in the ball too)
+    y = np.vstack([_states(rng, 40000), np.hstack([rng.uniform(-0.4, 0.4, (40000, 3)), rng.uniform(-1, 1, (40000, 3))])])
+    h_y, _ = _autograd(net, y)
+    assert np.linalg.norm(y[h_y >= 0, :3], axis=1).min() >= 0.35 - 1e-6
+
+
+def test_bad_designs_are_refused_in_one_line():
+    terms = braking_terms(SYSTEM.params)
+    cases = [(lambda: relu_max_network(terms, LO, HI, (8, 8)), "4 terms need 1 \\+ 2 hidden layers"),
+             (lambda: relu_max_network(terms, LO, HI, (7, 8, 8)), "layer 1 needs 8 units"),
+             (lambda: relu_max_network(braking_terms(SYSTEM.params, (0.2, -0.3, -0.65)), LO, HI, (8, 8, 8)),
+              "layer 1 needs 16 units"),
+             (lambda: relu_max_network(terms, LO[:5], HI[:5]), "length 5"),
+             (lambda: relu_max_network([], LO, HI), "at least one term"),
+             (lambda: braking_terms(SYSTEM.params, (-0.3, 0.2)), "knots must decrease"),
+             (lambda: braking_terms(SYSTEM.params, (0.05,)), "from >= margin"),
+             (lambda: braking_terms(SYSTEM.params.__class__(u_max=0.1)), "uses the whole input")]
+    for build, message in cases:
+        with pytest.raises(ValueError, match=message) as err:
+            build()
+        assert "\n" not in str(err.value)
+
+
+@pytest.mark.toolchain
+def test_the_certifier_proves_the_slabs_in_6d_and_refutes_shallow_slopes(tmp_path):
+    from training.certify import certify_module
+    claim = dict(condition="boundary", scope="in-domain", time_limit=120)
+    good = relu_max_network(braking_terms(SYSTEM.params), LO, HI)
+    cert = certify_module(good, "spacecraft", onnx_path=tmp_path / "good.onnx", **claim)
+    assert cert.certified, cert.summary()
+    assert cert.boxes["undecided"] == 0 and cert.conditions["containment"].proven
+
+    # margin -0.3: the slopes are too shallow to brake from v = -1, sup_u hdot = -0.3 there
+    bad = relu_max_network(braking_terms(SYSTEM.params, margin=-0.3), LO, HI)
+    cert = certify_module(bad, "spacecraft", onnx_path=tmp_path / "bad.onnx", **claim)
+    assert not cert.certified
+    found = cert.conditions["feasibility"].counterexamples
+    assert found
+    x = np.array([c["x"] for c in found])
+    h, g = _autograd(bad, x)
+    sup_hdot = np.einsum("bi,bi->b", g, SYSTEM.f(x)) + np.abs(np.einsum("bi,bij->bj", g, SYSTEM.G(x))) @ SYSTEM.u_max
+    assert np.abs(h).max() < 1e-4 and sup_hdot.max() < 0
