@@ -42,6 +42,11 @@ ROWS = {
                    "distilled from a Softplus 3-64-64-1 trained with condition margin 0.2 (teacher_activation)"),
     "darboux": ("darboux", "2-32-32-1 Softplus", None, DARBOUX),
     "darboux_relu": ("darboux_relu", "2-32-32-1 ReLU, distilled", None, DARBOUX),
+    "darboux_designed": ("darboux", "2-32-32-1 ReLU, designed", None,
+                         DARBOUX + ". min(x1 + 0.3, x2 - phi(x1)), phi 16 segments under the flow "
+                         "(systems.darboux:lower_curve), not trained"),
+    "darboux_designed_256": ("darboux", "2-256-256-1 ReLU, designed", None,
+                             DARBOUX + ". The same with 128 segments"),
     "darboux_256": ("darboux_256", "2-256-256-1 Softplus", None, DARBOUX),
     "darboux_relu_256": ("darboux_relu_256", "2-256-256-1 ReLU, distilled", None, DARBOUX),
     "spacecraft": ("spacecraft", "6-16-16-16-1 Softplus", None,
@@ -75,9 +80,12 @@ SPEEDUP = 10.0          # the target: >= 10x faster than the published continuou
 
 # rows whose barrier is written down (training/designed.py), not trained -> (the 10 ms column's
 # class-K function: the trained row's gamma for that plant, or None when it has no input)
-DESIGNED = {"hi_ord8_eigen": None, "spacecraft_8_designed": "linear:1", "spacecraft_designed": "linear:1"}
+DESIGNED = {"hi_ord8_eigen": None, "spacecraft_8_designed": "linear:1", "spacecraft_designed": "linear:1",
+            "darboux_designed": None, "darboux_designed_256": None}
 SLAB_KNOTS = {"spacecraft_8_designed": ((0.2,), (8, 8, 8)),            # knots of each slab, widths
               "spacecraft_designed": ((0.2, -0.3, -0.65), (16, 16, 16))}
+CURVE = {"darboux_designed": (16, 0.05, (32, 32)),                     # segments, slack, widths
+         "darboux_designed_256": (128, 0.02, (256, 256))}
 
 
 def train(row: str, work: Path, train_time: float) -> Path:
@@ -94,9 +102,10 @@ def train(row: str, work: Path, train_time: float) -> Path:
 def designed(row: str, work: Path) -> Path:
     """The written-down barrier of ``row`` as work/row/model.onnx (no card: certified with --system)."""
     from systems import get_system
+    from systems.darboux import barrier_terms, lower_curve
     from systems.hi_ord8 import EIGEN_OFFSET, left_eigenvector
     from systems.spacecraft import braking_terms
-    from training.designed import affine_softplus_network, relu_max_network
+    from training.designed import affine_softplus_network, relu_max_network, relu_min_network
     from training.network import export_onnx
     out = work / row
     out.mkdir(parents=True, exist_ok=True)
@@ -104,6 +113,9 @@ def designed(row: str, work: Path) -> Path:
     lo, hi = system.domain
     if row == "hi_ord8_eigen":
         net, _ = affine_softplus_network(left_eigenvector(), EIGEN_OFFSET, lo, hi, hidden=16)
+    elif row in CURVE:
+        segments, slack, widths = CURVE[row]
+        net = relu_min_network(barrier_terms(*lower_curve(segments, slack)), lo, hi, widths)
     else:
         knots, widths = SLAB_KNOTS[row]
         net = relu_max_network(braking_terms(system.params, knots), lo, hi, widths)

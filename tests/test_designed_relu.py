@@ -1,9 +1,10 @@
-"""A ReLU barrier written down as a maximum of piecewise-linear terms (training/designed.py:
-relu_max_network) and the spacecraft's braking slabs (systems.spacecraft:braking_terms).  The
-network is checked against the terms evaluated in numpy float64 and its gradient against torch
-float64 autograd; the slabs' boundary condition against the plant's own f and G at states on the
-network's zero level; the certifier must prove the 6-D barrier and refute one with slopes too
-shallow, with a counterexample torch confirms."""
+"""ReLU barriers written down as a maximum (or minimum) of piecewise-linear terms
+(training/designed.py: relu_max_network, relu_min_network): the spacecraft's braking slabs
+(systems.spacecraft:braking_terms) and a Darboux set under a curve the flow crosses upward
+(systems.darboux:lower_curve).  Each network is checked against its terms evaluated in numpy
+float64 and its gradient against torch float64 autograd; the boundary condition against the
+plant's own f and G at states on the network's zero level; the certifier must prove each and
+refute a wrong variant with a counterexample torch confirms."""
 from __future__ import annotations
 
 import numpy as np
@@ -11,8 +12,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from systems.darboux import INITIAL_SET, barrier_terms, darboux, lower_curve  # noqa: E402
 from systems.spacecraft import braking_terms, spacecraft  # noqa: E402
-from training.designed import relu_max_network  # noqa: E402
+from training.designed import relu_max_network, relu_min_network  # noqa: E402
 
 SYSTEM = spacecraft()
 LO, HI = SYSTEM.domain
@@ -119,3 +121,63 @@ def test_the_certifier_proves_the_slabs_in_6d_and_refutes_shallow_slopes(tmp_pat
     h, g = _autograd(bad, x)
     sup_hdot = np.einsum("bi,bi->b", g, SYSTEM.f(x)) + np.abs(np.einsum("bi,bij->bj", g, SYSTEM.G(x))) @ SYSTEM.u_max
     assert np.abs(h).max() < 1e-4 and sup_hdot.max() < 0
+
+
+DARBOUX = darboux()
+CURVES = [(16, 0.05, (32, 32)), (128, 0.02, (256, 256))]
+
+
+def _darboux_net(segments: int, slack: float, widths: tuple[int, ...]):
+    xs, ys = lower_curve(segments, slack)
+    return relu_min_network(barrier_terms(xs, ys), *DARBOUX.domain, widths), barrier_terms(xs, ys)
+
+
+@pytest.mark.parametrize("segments, slack, widths", CURVES)
+def test_the_darboux_set_is_the_minimum_of_its_terms_crossed_inward_by_the_flow(segments, slack, widths):
+    net, terms = _darboux_net(segments, slack, widths)
+    rng = np.random.default_rng(2)
+    x = rng.uniform(-2, 2, size=(20000, 2))
+    h, _ = _autograd(net, x)
+    np.testing.assert_allclose(h, _terms_numpy(terms, x).min(axis=1), atol=1e-6)
+    # states on {h = 0}: the left edge x1 = -0.3 above the curve, and the curve itself
+    xs, ys = lower_curve(segments, slack)
+    x1 = rng.uniform(xs[0], 2, size=4000)
+    on = np.vstack([np.column_stack([x1, np.interp(x1, xs, ys)]),
+                    np.column_stack([np.full(1000, xs[0]), rng.uniform(ys[0], 2, size=1000)])])
+    on = on[np.all(np.abs(on) <= 2, axis=1)]
+    h, g = _autograd(net, on)
+    assert np.abs(h).max() < 1e-5
+    hdot = np.einsum("bi,bi->b", g, DARBOUX.f(on))                   # the plant's own f
+    assert hdot.min() > 0
+    # the initial set inside, the unsafe set x1 + x2^2 <= 0 outside
+    (a, b), (c, d) = INITIAL_SET
+    h0, _ = _autograd(net, np.column_stack([rng.uniform(a, b, 4000), rng.uniform(c, d, 4000)]))
+    assert h0.min() >= 0
+    hx, _ = _autograd(net, x)
+    assert DARBOUX.constraint(x[hx >= 0]).min() > 0
+
+
+def test_a_curve_that_reaches_the_x1_axis_is_refused():
+    with pytest.raises(ValueError, match="where the flow turns") as err:
+        lower_curve(16, slack=1.0)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.toolchain
+def test_the_certifier_proves_the_darboux_set_and_refutes_a_curve_against_the_flow(tmp_path):
+    from training.certify import certify_module
+    claim = dict(condition="boundary", scope="in-domain", initial_set=["plant"], time_limit=120)
+    good, _ = _darboux_net(*CURVES[0])
+    cert = certify_module(good, "darboux", onnx_path=tmp_path / "good.onnx", **claim)
+    assert cert.certified, cert.summary()
+    assert cert.conditions["initial"].proven and cert.conditions["containment"].proven
+
+    # slack -0.3: each segment climbs 0.3 steeper than the flow, which then leaves the set
+    bad, _ = _darboux_net(16, -0.3, (32, 32))
+    cert = certify_module(bad, "darboux", onnx_path=tmp_path / "bad.onnx", **claim)
+    assert not cert.certified
+    found = cert.conditions["feasibility"].counterexamples
+    assert found
+    x = np.array([c["x"] for c in found])
+    h, g = _autograd(bad, x)
+    assert np.abs(h).max() < 1e-4 and np.einsum("bi,bi->b", g, DARBOUX.f(x)).max() < 0

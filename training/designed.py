@@ -172,3 +172,16 @@ def _hidden_layer(units: list[tuple[dict[int, float], float]], width: int, previ
                 layer.weight[k, j] = w
             layer.bias[k] = bias
     return layer
+
+
+def relu_min_network(terms: list[tuple], domain_lo, domain_hi, widths: tuple[int, ...] = (8, 8, 8)):
+    """``relu_max_network`` for min_j term_j = -max_j(-term_j): an intersection of sets, each
+    term holding its condition where it is the least."""
+    import torch
+    negated = [(-np.asarray(a, dtype=np.float64), -float(b), [(-float(w), c, d) for w, c, d in hinges])
+               for a, b, hinges in terms]
+    net = relu_max_network(negated, domain_lo, domain_hi, widths)
+    with torch.no_grad():
+        net[-1].weight.neg_()
+        net[-1].bias.neg_()
+    return net
