@@ -9,6 +9,7 @@ the boundary of the unsafe set).  The initial set 0 <= x1 <= 1, 1 <= x2 <= 2 is 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from types import SimpleNamespace
 
 import numpy as np
@@ -100,3 +101,22 @@ def barrier_terms(xs: np.ndarray, ys: np.ndarray) -> list[tuple]:
     curve = (np.array([-slopes[0], 1.0]), -float(ys[0]) + float(slopes[0] * xs[0]),
              [(-float(slopes[k] - slopes[k - 1]), e1, -float(xs[k])) for k in range(1, len(slopes))])
     return [left, curve]
+
+
+# curve_margin's curve (lower_curve): 0.2 under the initial set, so a fitted network has room
+CURVE_SEGMENTS, CURVE_SLACK, CURVE_BELOW = 64, 0.05, (0.0, 0.8)
+
+
+@lru_cache(maxsize=None)
+def _label_curve() -> tuple[np.ndarray, np.ndarray]:
+    return lower_curve(CURVE_SEGMENTS, CURVE_SLACK, below=CURVE_BELOW)
+
+
+def curve_margin(system: Darboux, x: np.ndarray) -> np.ndarray:
+    """A set the flow cannot leave while in D, for training (``label_set``): min(x1 - x_left,
+    x2 - phi(x1)) with phi = ``lower_curve(CURVE_SEGMENTS, CURVE_SLACK, below=CURVE_BELOW)``
+    (the kind of set ``barrier_terms`` writes down as a network).  Both walls are crossed inward with room:
+    xdot1 >= 0.4 x2 on the left one, xdot1 * slack on the curve."""
+    xs, ys = _label_curve()
+    x = np.asarray(x, dtype=np.float64)
+    return np.minimum(x[..., 0] - xs[0], x[..., 1] - np.interp(x[..., 0], xs, ys))

@@ -181,3 +181,18 @@ def test_the_certifier_proves_the_darboux_set_and_refutes_a_curve_against_the_fl
     x = np.array([c["x"] for c in found])
     h, g = _autograd(bad, x)
     assert np.abs(h).max() < 1e-4 and np.einsum("bi,bi->b", g, DARBOUX.f(x)).max() < 0
+
+
+def test_the_darboux_label_set_is_the_curve_network_and_keeps_room_under_the_initial_set():
+    from systems.darboux import CURVE_BELOW, CURVE_SEGMENTS, CURVE_SLACK, curve_margin
+    xs, ys = lower_curve(CURVE_SEGMENTS, CURVE_SLACK, below=CURVE_BELOW)
+    net = relu_min_network(barrier_terms(xs, ys), *DARBOUX.domain, (128, 128))
+    x = np.random.default_rng(3).uniform(-2, 2, size=(20000, 2))
+    h, _ = _autograd(net, x)
+    label = curve_margin(DARBOUX, x)
+    span = x[:, 0] >= xs[0]                       # left of it np.interp holds phi level: both < 0 there
+    np.testing.assert_allclose(label[span], h[span], atol=1e-5)
+    assert np.array_equal(label >= 0, h >= 0)
+    (a, b), (c, _) = INITIAL_SET
+    corners = np.array([[a, c], [b, c]])
+    assert curve_margin(DARBOUX, corners).min() >= 0.2 - 1e-9

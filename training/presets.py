@@ -131,8 +131,10 @@ PRESETS: dict[str, TrainConfig] = {
         faces={"theta_dot": {"gamma": 10.0, "margin": 1.0}}, filter_margin=1.7),
     # the literature's benchmarks (benchmarks/certify_suite.py), small budgets, at published network sizes
     "darboux": TrainConfig(
-        system="darboux", hidden=[32, 32], activation="softplus", order=1, gamma=1.0,
-        rounds=8, max_time=120.0, seed=0, dt_control=0.0),
+        system="darboux", hidden=[32, 32], activation="softplus", order=1, gamma=20.0,
+        label_set="systems.darboux:curve_margin", safe_margin=0.01, unsafe_margin=0.05,
+        warm_start_steps=20_000, n_uniform=100_000, check_samples=100_000,
+        rounds=0, max_time=600.0, seed=0, dt_control=0.0),
     "obstacle_avoidance": TrainConfig(
         system="obstacle_avoidance", hidden=[32], activation="softplus", order=1, gamma=1.0,
         rounds=8, max_time=120.0, seed=0, dt_control=0.01),
@@ -168,9 +170,9 @@ PRESETS: dict[str, TrainConfig] = {
 # Softplus preset's run, for obstacle avoidance with room to spare (condition margin 0.2)
 _RELU = {"activation": "relu", "teacher_activation": "softplus"}
 PRESETS.update({
-    "darboux_256": PRESETS["darboux"].replace(hidden=[256, 256]),
+    "darboux_256": PRESETS["darboux"].replace(hidden=[256, 256], warm_start_steps=5_000),
     "darboux_relu": PRESETS["darboux"].replace(**_RELU),
-    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], **_RELU),
+    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], warm_start_steps=5_000, **_RELU),
     "obstacle_avoidance_relu": PRESETS["obstacle_avoidance"].replace(condition_margin=0.2, **_RELU),
     "obstacle_avoidance_relu_64": PRESETS["obstacle_avoidance_64"].replace(condition_margin=0.2, **_RELU),
     "spacecraft_relu": PRESETS["spacecraft"].replace(**_RELU),

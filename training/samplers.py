@@ -192,11 +192,12 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
         def rhs(z: np.ndarray) -> np.ndarray:
             return system.f(z) + np.einsum("bij,bj->bi", system.G(z), u)
 
-        k1 = rhs(state)
-        k2 = rhs(state + 0.5 * dt * k1)
-        k3 = rhs(state + 0.5 * dt * k2)
-        k4 = rhs(state + dt * k3)
-        state = state + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
+        with np.errstate(over="ignore", invalid="ignore"):      # a rollout that blows up (Darboux's
+            k1 = rhs(state)                                     # x2^2) is non-finite: unsafe, below
+            k2 = rhs(state + 0.5 * dt * k1)
+            k3 = rhs(state + 0.5 * dt * k2)
+            k4 = rhs(state + dt * k3)
+            state = state + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
         c = np.full(len(state), -np.inf)
         finite = np.all(np.isfinite(state), axis=-1)
         c[finite] = tools.constraint(state[finite])
