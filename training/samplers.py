@@ -198,9 +198,9 @@ def backup_margin(tools: ConstraintTools, x: np.ndarray, u_min: np.ndarray, u_ma
             k3 = rhs(state + 0.5 * dt * k2)
             k4 = rhs(state + dt * k3)
             state = state + dt / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4)
-        c = np.full(len(state), -np.inf)
-        finite = np.all(np.isfinite(state), axis=-1)
-        c[finite] = tools.constraint(state[finite])
+            c = np.full(len(state), -np.inf)
+            finite = np.all(np.isfinite(state), axis=-1)
+            c[finite] = tools.constraint(state[finite])
         low[alive] = np.minimum(low[alive], c)
         keep = c >= 0
         alive, state = alive[keep], state[keep]
