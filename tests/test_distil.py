@@ -55,3 +55,33 @@ def test_the_student_is_a_relu_network_close_to_its_teacher(tmp_path):
     spread = float(h_t.detach().max() - h_t.detach().min())
     assert float((h_s - h_t).detach().abs().max()) < 0.1 * spread
     assert float((g_s - g_t).norm(dim=1).median()) < 0.25 * float(g_t.norm(dim=1).median())
+
+
+def _edge_teacher() -> torch.nn.Module:
+    """h = x1 - 0.05: negative on the strip 0 <= x1 < 0.05 of Darboux's initial set [0, 1] x [1, 2]."""
+    lin = torch.nn.Linear(2, 1).double()
+    with torch.no_grad():
+        lin.weight.copy_(torch.tensor([[1.0, 0.0]]))
+        lin.bias.fill_(-0.05)
+    return lin
+
+
+def test_the_dense_check_finds_the_initial_states_below_the_clearance():
+    from training.distil import Hinges, uniform_failures
+    system = get_system("darboux")
+    found = uniform_failures(_edge_teacher(), system, *system.domain, count=20000, hinges=Hinges(clearance=0.02))
+    start = found[(found[:, 0] >= 0) & (found[:, 0] <= 1) & (found[:, 1] >= 1) & (found[:, 1] <= 2)]
+    assert start[:, 0].max() < 0.05 + 0.01                       # h < clearance / 2 = 0.01
+    assert 80 < len(start) < 160          # of the 2,000 initial states, the 6% with x1 < 0.06 (binomial: 120 +- 11)
+
+
+def test_the_tune_lifts_the_student_onto_the_initial_set():
+    """The teacher dips below 0 on a strip of the initial set; the student's tune has a hinge
+    h >= clearance there."""
+    from training.distil import Hinges, distil
+    system = get_system("darboux")
+    student, _ = distil(_edge_teacher(), system, [16], fit_steps=300, tune_steps=600, batch=2048,
+                        hinges=Hinges(clearance=0.02))
+    grid = torch.tensor(np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(1, 2, 41)), -1).reshape(-1, 2))
+    with torch.no_grad():
+        assert float(student(grid).min()) > 0         # without the hinge: -0.01 (the teacher's strip)

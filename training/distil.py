@@ -11,7 +11,9 @@ Softplus one trained with room to spare (``cbfsim train --teacher-activation sof
    uniform states of the domain D;
 2. a tune on the conditions the certifier asks: a hinge on the boundary (Nagumo) row
    sup_u L_f h + L_G h . u >= ``slack`` at the states near the student's zero level, and on
-   h <= -``clearance`` where the plant's constraint fails, with the teacher's values kept;
+   h <= -``clearance`` where the plant's constraint fails and h >= ``clearance`` on the plant's
+   initial set where it has one (a barrier certificate's third condition), with the teacher's
+   values kept;
 3. counterexample rounds (``refine_rounds``): a ReLU network breaks the conditions on thin
    pieces that uniform batches rarely hit (the 3 x 16 spacecraft student: one state in
    400,000 with h >= 0 inside the keep-out ball).  Each round asks its oracles for states
@@ -144,6 +146,14 @@ def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: st
     def states(count: int) -> torch.Tensor:
         return low + span * torch.rand(count, system.n, dtype=torch.float64, generator=generator)
 
+    initial = initial_box(system)
+
+    def starts() -> torch.Tensor | None:
+        if initial is None:
+            return None
+        i_lo, i_hi = (torch.as_tensor(b) for b in initial)
+        return i_lo + (i_hi - i_lo) * torch.rand(batch // 8, system.n, dtype=torch.float64, generator=generator)
+
     fit = torch.optim.Adam(student.parameters(), lr=3e-3)
     schedule = torch.optim.lr_scheduler.CosineAnnealingLR(fit, max(fit_steps, 1))
     for _ in range(fit_steps):
@@ -155,16 +165,16 @@ def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: st
         schedule.step()
     tune = torch.optim.Adam(student.parameters(), lr=3e-4)
     for _ in range(tune_steps):
-        _step(tune, _tune_loss(student, teacher, system, states(batch), hinges), student, blind)
-    rounds = _rounds(student, teacher, system, lo, hi, hinges, tune, blind, generator, batch, refine_rounds,
+        _step(tune, _tune_loss(student, teacher, system, states(batch), hinges, starts()), student, blind)
+    rounds = _rounds(student, teacher, system, lo, hi, hinges, tune, blind, generator, starts, batch, refine_rounds,
                      refine_steps, refine_time, clean_rounds, sampled)
     return student.eval(), rounds
 
 
 def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndarray, hi: np.ndarray,
             hinges: Hinges, tune: torch.optim.Optimizer, blind: torch.Tensor | None, generator: torch.Generator,
-            batch: int, count: int, steps: int, time_limit: float, clean_rounds: int,
-            sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> list[dict]:
+            starts: Callable[[], torch.Tensor | None], batch: int, count: int, steps: int, time_limit: float,
+            clean_rounds: int, sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> list[dict]:
     """The counterexample rounds (module docstring, 3.), tuning ``student`` in place; their records."""
     span, low = torch.as_tensor(hi - lo), torch.as_tensor(lo)
     rounds: list[dict] = []
@@ -190,7 +200,7 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
             near = near + torch.randn(near.shape, dtype=torch.float64, generator=generator) * span * NEIGHBOURHOOD
             rest = low + span * torch.rand(batch - len(near), system.n, dtype=torch.float64, generator=generator)
             x = torch.cat([rest, torch.minimum(torch.maximum(near, low), low + span)])
-            _step(tune, _tune_loss(student, teacher, system, x, hinges), student, blind)
+            _step(tune, _tune_loss(student, teacher, system, x, hinges, starts()), student, blind)
     return rounds
 
 
@@ -214,8 +224,10 @@ def _zero_blind(student: nn.Sequential, blind: torch.Tensor | None) -> None:
             student[0].weight[:, blind] = 0.0
 
 
-def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Tensor, hinges: Hinges) -> torch.Tensor:
-    """The teacher's values kept, the boundary row's hinge near the zero level, containment's hinge."""
+def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Tensor, hinges: Hinges,
+               start: torch.Tensor | None = None) -> torch.Tensor:
+    """The teacher's values kept, the boundary row's hinge near the zero level, containment's
+    hinge, and h >= clearance at ``start`` (states of the plant's initial set, if any)."""
     with torch.no_grad():
         h_t = teacher(x)[:, 0]
     h_s, g_s = _value_and_grad(student, x, graph=True)
@@ -225,6 +237,9 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
     unsafe = (system.constraint_torch(x) < 0).double()
     containment = (torch.relu(h_s + hinges.clearance) * unsafe).sum() / unsafe.sum().clamp(min=1.0)
     loss = ((h_s - h_t) ** 2).mean() + 10.0 * condition + 10.0 * containment
+    if start is not None:         # averaged over the states that miss it, as the row's hinge is over the band
+        short = torch.relu(hinges.clearance - student(start)[:, 0])
+        loss = loss + 10.0 * short.sum() / (short.detach() > 0).sum().clamp(min=1)
     if hinges.gamma is not None:
         inside = (h_s.detach() >= 0).double()
         filter_row = torch.relu(hinges.condition_margin - rate - hinges.gamma * h_s) * inside
@@ -235,7 +250,8 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
 def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.ndarray, count: int = 1_000_000,
                      seed: int = 0, hinges: Hinges | None = None) -> np.ndarray:
     """States (K, n) among ``count`` uniform ones of D where the student breaks containment (h >
-    -clearance / 2 where the constraint fails) or the boundary row (< 0 within ``band`` of 0)."""
+    -clearance / 2 where the constraint fails) or the boundary row (< 0 within ``band`` of 0), and
+    among ``count`` / 10 of the plant's initial set (if any) where h < clearance / 2."""
     hinges = hinges or Hinges()
     x = torch.as_tensor(np.random.default_rng(seed).uniform(lo, hi, (count, system.n)))
     bad = []
@@ -244,7 +260,21 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
         fail = ((system.constraint_torch(part) < 0) & (h > -0.5 * hinges.clearance)) | \
             ((h.abs() < hinges.band) & (boundary_row(system, part, g) < 0))
         bad.append(part[fail].detach().numpy())
+    initial = initial_box(system)
+    if initial is not None:           # h >= clearance / 2 on the initial set (a tenth of the states)
+        part = torch.as_tensor(np.random.default_rng(seed + 1).uniform(*initial, (count // 10, system.n)))
+        with torch.no_grad():
+            bad.append(part[student(part)[:, 0] < 0.5 * hinges.clearance].numpy())
     return np.concatenate(bad)
+
+
+def initial_box(system: Any) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) of the plant's initial set (``initial_set``: (lo, hi) per state), or None."""
+    spec = getattr(system, "initial_set", None)
+    if spec is None:
+        return None
+    box = np.asarray(spec, dtype=float)
+    return box[:, 0], box[:, 1]
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
@@ -268,8 +298,9 @@ def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np
                        "certifier_counterexamples": 0, "certifier_limit_s": round(time_limit, 1), "certifier_s": 0.0,
                        **walk_record}
     dense = np.concatenate([dense.reshape(-1, system.n), walked])
+    initial = {"initial_set": ["plant"]} if initial_box(system) is not None else {}
     cert = certify_module(copy.deepcopy(student).float().eval(), system, condition="boundary", scope="in-domain",
-                          domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1)
+                          domain_lo=lo.tolist(), domain_hi=hi.tolist(), time_limit=time_limit, workers=1, **initial)
     proven = np.asarray([c["x"] for cond in cert.conditions.values() for c in cond.counterexamples], float)
     found = np.concatenate([dense.reshape(-1, system.n), proven.reshape(-1, system.n)])
     verdict = "certified" if cert.certified else ("refuted" if len(proven) else "undecided")
