@@ -129,15 +129,3 @@ def braking_terms(p: SpacecraftParams, knots: tuple[float, ...] = (0.2,), axes: 
             terms.append((a, -(p.radius + p.clearance), hinges))
     return terms
 
-
-SLAB_KNOTS = (0.2, -0.3, -0.65)          # slab_margin's slabs (braking_terms)
-
-
-def slab_margin(system: Spacecraft, x: np.ndarray) -> np.ndarray:
-    """The union of ``braking_terms``' slabs (three knots each) as a label set for training: each
-    edge state can raise the margin by at least 0.1 (the slabs' design), and h >= 0 only at
-    |p| >= radius + clearance."""
-    x = np.asarray(x, dtype=np.float64)
-    values = [x @ a + b + sum(w * np.maximum(x @ c + d, 0.0) for w, c, d in hinges)
-              for a, b, hinges in braking_terms(system.params, SLAB_KNOTS)]
-    return np.max(values, axis=0)

@@ -83,12 +83,18 @@ gradient along x8, whose rate reaches 28,800 in D, was off enough to give hdot =
 the CWH drift) with 3 x 16, a published size: its 3 x 8 fit left h >= 0 at 49 of 400,000 states
 of the keep-out ball (the fit is all there is: no rounds), and cbfsim verify refused it.
 
+``darboux`` fits a set the flow cannot leave (``label_set`` systems.darboux:curve_margin:
+min(x1 + 0.3, x2 - phi(x1)), phi a 64-segment curve 0.2 under the initial set whose every segment
+is 0.05 less steep than the flow, so the flow crosses it upward) with gamma 20: the trainer's
+check asks hdot + gamma h >= margin on the whole set, and at gamma 1 the flow's speed deep inside
+(|f| = 10 at (2, 2)) fails it where the certificate's boundary condition asks nothing.  The
+backup-rollout labels it used before gave sets the flow leaves (refuted, 2026-11-28).
+
 The ``_relu`` presets are distilled (``teacher_activation``): a Softplus network of the same
 widths is trained first and the ReLU one fitted to it with counterexample rounds against the
 dense check and the certifier; trained directly, the 3-32-1 obstacle-avoidance ReLU fit was
-refuted (2026-11-26).  The autonomous plants' students fail the trainer's check (2026-11-28):
-Darboux's teacher already fails it, and hi-ord8's student missed 1,125 of 250,000 states
-(its drift reaches 28,800 in D, so a small gradient error is a large row error).
+refuted (2026-11-26).  hi-ord8's student fails the trainer's check: it missed 1,125 of 250,000
+states (its drift reaches 28,800 in D, so a small gradient error is a large row error).
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -170,9 +176,9 @@ PRESETS: dict[str, TrainConfig] = {
 # Softplus preset's run, for obstacle avoidance with room to spare (condition margin 0.2)
 _RELU = {"activation": "relu", "teacher_activation": "softplus"}
 PRESETS.update({
-    "darboux_256": PRESETS["darboux"].replace(hidden=[256, 256], warm_start_steps=5_000),
+    "darboux_256": PRESETS["darboux"].replace(hidden=[256, 256]),
     "darboux_relu": PRESETS["darboux"].replace(**_RELU),
-    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], warm_start_steps=5_000, **_RELU),
+    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], **_RELU),
     "obstacle_avoidance_relu": PRESETS["obstacle_avoidance"].replace(condition_margin=0.2, **_RELU),
     "obstacle_avoidance_relu_64": PRESETS["obstacle_avoidance_64"].replace(condition_margin=0.2, **_RELU),
     "spacecraft_relu": PRESETS["spacecraft"].replace(**_RELU),
