@@ -88,9 +88,9 @@ def test_the_slabs_hold_the_boundary_condition_and_stay_out_of_the_keep_out_ball
 def test_bad_designs_are_refused_in_one_line():
     terms = braking_terms(SYSTEM.params)
     cases = [(lambda: relu_max_network(terms, LO, HI, (8, 8)), "4 terms need 1 \\+ 2 hidden layers"),
-             (lambda: relu_max_network(terms, LO, HI, (7, 8, 8)), "layer 1 needs 8 units"),
+             (lambda: relu_max_network(terms, LO, HI, (7, 8, 8)), "layer 1 \\(a lift per term and every hinge\\) needs 8 units"),
              (lambda: relu_max_network(braking_terms(SYSTEM.params, (0.2, -0.3, -0.65)), LO, HI, (8, 8, 8)),
-              "layer 1 needs 16 units"),
+              "layer 1 \\(a lift per term and every hinge\\) needs 16 units"),
              (lambda: relu_max_network(terms, LO[:5], HI[:5]), "length 5"),
              (lambda: relu_max_network([], LO, HI), "at least one term"),
              (lambda: braking_terms(SYSTEM.params, (-0.3, 0.2)), "knots must decrease"),

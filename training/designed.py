@@ -111,7 +111,7 @@ def relu_max_network(terms: list[tuple], domain_lo, domain_hi, widths: tuple[int
             row[len(units) - 1] = float(w)
         values.append((row, float(b) - lift))
         ranges.append(_term_range((a, b, hinges), lo, hi))
-    layers = [_first_layer(units, widths[0], n)]
+    layers = [_layer(units, widths[0], n, "layer 1 (a lift per term and every hinge)")]
 
     for width in widths[1:]:
         units, next_values, next_ranges = [], [], []
@@ -130,7 +130,7 @@ def relu_max_network(terms: list[tuple], domain_lo, domain_hi, widths: tuple[int
             else:
                 next_ranges.append((k_lo, k_hi))
             next_values.append((row, -lift))
-        layers.append(_hidden_layer(units, width, layers[-1].out_features))
+        layers.append(_layer(units, width, layers[-1].out_features, f"layer {len(layers) + 1} of the maximum"))
         values, ranges = next_values, next_ranges
     (row, bias), = values
     out = torch.nn.Linear(widths[-1], 1)
@@ -145,31 +145,19 @@ def relu_max_network(terms: list[tuple], domain_lo, domain_hi, widths: tuple[int
     return torch.nn.Sequential(*modules, out).float().eval()
 
 
-def _first_layer(units: list[tuple[np.ndarray, float]], width: int, n: int):
+def _layer(units: list[tuple], width: int, inputs: int, what: str):
+    """A Linear layer of ``width`` whose first units are ``units`` ((row, bias); a row is an array
+    over the inputs or a dict input -> weight) and whose others are always off (0 and -1)."""
     import torch
     if len(units) > width:
-        raise ValueError(f"layer 1 needs {len(units)} units (a lift per term and every hinge), has width {width}")
-    layer = torch.nn.Linear(n, width)
+        raise ValueError(f"{what} needs {len(units)} units, has width {width}")
+    layer = torch.nn.Linear(inputs, width)
     with torch.no_grad():
         layer.weight.zero_()
         layer.bias.fill_(-1.0)
         for k, (row, bias) in enumerate(units):
-            layer.weight[k] = torch.as_tensor(row)
-            layer.bias[k] = bias
-    return layer
-
-
-def _hidden_layer(units: list[tuple[dict[int, float], float]], width: int, previous: int):
-    import torch
-    if len(units) > width:
-        raise ValueError(f"a layer of the maximum needs {len(units)} units, has width {width}")
-    layer = torch.nn.Linear(previous, width)
-    with torch.no_grad():
-        layer.weight.zero_()
-        layer.bias.fill_(-1.0)
-        for k, (row, bias) in enumerate(units):
-            for j, w in row.items():
-                layer.weight[k, j] = w
+            for j, w in (row.items() if isinstance(row, dict) else enumerate(row)):
+                layer.weight[k, j] = float(w)
             layer.bias[k] = bias
     return layer
 
