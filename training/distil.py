@@ -269,12 +269,11 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
 
 
 def initial_box(system: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """(lo, hi) of the plant's initial set (``initial_set``: (lo, hi) per state), or None."""
+    """(lo, hi) of the plant's initial set (``initial_set``: (lo, hi) per state), or None: the
+    box ``cbfsim certify --initial-set plant`` proves."""
+    from training.certify.sets import boxes
     spec = getattr(system, "initial_set", None)
-    if spec is None:
-        return None
-    box = np.asarray(spec, dtype=float)
-    return box[:, 0], box[:, 1]
+    return None if spec is None else boxes(["plant"], system.n, "initial_set", spec)[0]
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,
