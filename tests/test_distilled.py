@@ -124,3 +124,66 @@ def test_train_with_a_teacher_writes_a_relu_barrier_and_its_teacher(tmp_path):
         ours = student.double()(torch.as_tensor(x)).numpy()[:, 0]
     theirs = reference.lie(canonicalize(load_model(out / "model.onnx")), x, np.zeros_like(x), np.zeros((500, 2, 1)))[0]
     assert np.allclose(ours, theirs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("changes, named", [
+    ({"teacher": "training.teachers:darboux_curve", "teacher_activation": "softplus"}, "give one"),
+    ({"teacher": "training.teachers:nonesuch"}, "cannot import"),
+    ({"teacher": "training.teachers"}, "package.module:function"),
+    ({"teacher": "training.teachers:darboux_curve", "certify": True}, "drop certify"),
+])
+def test_a_written_down_teacher_the_trainer_cannot_run_is_refused_in_one_line(changes, named):
+    cfg = TrainConfig(system="darboux", activation="relu", hidden=[32, 32], **changes)
+    with pytest.raises(ConfigError, match=named) as err:
+        cfg.resolve(cfg.build_system())
+    assert "\n" not in str(err.value)
+
+
+def three_state_teacher(system, widths):
+    return torch.nn.Sequential(torch.nn.Linear(3, widths[0]), torch.nn.ReLU(), torch.nn.Linear(widths[0], 1))
+
+
+def two_output_teacher(system, widths):
+    return torch.nn.Sequential(torch.nn.Linear(system.n, widths[0]), torch.nn.ReLU(), torch.nn.Linear(widths[0], 2))
+
+
+@pytest.mark.parametrize("teacher, hidden, named", [
+    ("training.teachers:darboux_curve", [16, 16], r"designed for first hidden widths \[32, 256\]"),
+    ("training.teachers:spacecraft_slabs", [8, 8, 8], "designed for the spacecraft plant, got 'darboux'"),
+    ("test_distilled:three_state_teacher", [32, 32], "does not take the 2 states of 'darboux'"),
+    ("test_distilled:two_output_teacher", [32, 32], r"returns shape \(2,\) per state"),
+])
+def test_a_teacher_that_does_not_fit_is_refused_before_any_training(tmp_path, teacher, hidden, named):
+    """A design not made for the widths, or for another plant's states: one line, nothing written."""
+    from training.trainer import train_barrier
+    cfg = TrainConfig(system="darboux", activation="relu", hidden=hidden, teacher=teacher)
+    with pytest.raises(ConfigError, match=named) as err:
+        train_barrier(cfg, tmp_path / "out", progress=False, verify=False)
+    assert "\n" not in str(err.value) and not (tmp_path / "out").exists()
+
+
+def test_train_from_a_written_down_teacher_writes_the_student_and_that_teacher(tmp_path):
+    """``cbfsim train --teacher training.teachers:darboux_curve`` (a rough budget): the model is a
+    ReLU student, the card names the teacher and records no teacher training, and teacher/model.onnx
+    is the written-down network (values by the reference interpreter against the design's own
+    terms, min(x1 + 0.3, x2 - phi(x1)), in float64, where the curve phi is defined)."""
+    from conftest import cli_in_process
+    from systems.darboux import lower_curve
+    out = tmp_path / "relu"
+    run = cli_in_process(["train", "--system", "darboux", "--widths", "32,32", "--activation", "relu",
+                          "--teacher", "training.teachers:darboux_curve", "--distil-steps", "300",
+                          "--distil-rounds", "0", "--no-verify", "--no-progress", "--out", str(out)])
+    assert run.returncode in (0, 1), run.stderr
+    assert "distilled from the written-down teacher training.teachers:darboux_curve" in run.stdout + run.stderr
+    card = json.loads((out / "model.json").read_text())
+    assert card["network"]["activation"] == "relu" and card["network"]["widths"] == [2, 32, 32, 1]
+    distilled = card["training"]["distillation"]
+    assert distilled["teacher"] == "training.teachers:darboux_curve" and distilled["teacher_activation"] is None
+    assert distilled["teacher_time_s"] == 0.0 and card["training"]["history"] == []
+    assert not (out / "teacher" / "model.json").exists()
+    xs, ys = lower_curve(16, 0.05)            # the curve spans x1 in [-0.3, 2]: the states where it is defined
+    x = np.random.default_rng(3).uniform([xs[0], -2.0], [xs[-1], 2.0], (2000, 2))
+    design = np.minimum(x[:, 0] - xs[0], x[:, 1] - np.interp(x[:, 0], xs, ys))
+    h = reference.lie(canonicalize(load_model(out / "teacher" / "model.onnx")), x, np.zeros_like(x),
+                      np.zeros((len(x), 2, 0)))[0]
+    assert np.allclose(h, design, atol=1e-4 * (1 + np.abs(design))), np.max(np.abs(h - design))

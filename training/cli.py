@@ -265,12 +265,13 @@ def _train(args: argparse.Namespace) -> int:
           f"{check['condition_failures']}, containment failures {check['containment_failures']}")
     distilled = result.card["training"].get("distillation")
     if distilled:
+        from .distilled import teacher_name
         last = distilled["rounds"][-1] if distilled["rounds"] else None
         state = "no rounds" if last is None else (
             f"{len(distilled['rounds'])} counterexample rounds, the last " + (
                 "clean" if distilled["last_round_clean"] else
                 f"with {last['sampled_failures']} sampled failure(s), certifier {last['certifier']}"))
-        log.info(f"  distilled from a {distilled['teacher_activation']} teacher ({args.out / 'teacher'}): {state}")
+        log.info(f"  distilled from {teacher_name(distilled)} ({args.out / 'teacher'}): {state}")
     _print_verification(result.verification)
     if result.certificate is not None:
         c = result.certificate

@@ -94,6 +94,9 @@ class TrainConfig:
     # activation, then fit this config's network (e.g. ReLU, for the exact verifiers) to it,
     # with counterexample rounds against a dense check and the certifier; None: train directly
     teacher_activation: str | None = None
+    # or distil a barrier written down, not trained: package.module:function, (system, widths) ->
+    # nn.Module on raw states (training.teachers); widths: teacher_hidden, else hidden
+    teacher: str | None = None
     teacher_hidden: list[int] | None = None     # the teacher's widths; None: the student's (hidden)
     distil_steps: int = 6000            # the student's fit to the teacher (then a third as many tuning)
     distil_rounds: int = 12             # counterexample rounds at most (stops after clean_checks clean ones)
@@ -183,42 +186,53 @@ def _vector(cfg: TrainConfig, name: str, size: int) -> None:
 
 def label_set_function(path: str):
     """The callable ``(system, x) -> margin`` named by ``label_set`` ("package.module:function")."""
+    return import_function(path, "label_set")
+
+
+def import_function(path: str, field: str):
+    """The callable named by the config's ``field``, an import path "package.module:function"."""
     import importlib
     module_name, _, attr = str(path).partition(":")
     if not module_name or not attr:
-        raise ConfigError(f"label_set must be an import path package.module:function, got {path!r}")
+        raise ConfigError(f"{field} must be an import path package.module:function, got {path!r}")
     try:
         fn = getattr(importlib.import_module(module_name), attr)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"label_set {path!r}: cannot import it ({exc})") from None
+        raise ConfigError(f"{field} {path!r}: cannot import it ({exc})") from None
     if not callable(fn):
-        raise ConfigError(f"label_set {path!r} is not callable")
+        raise ConfigError(f"{field} {path!r} is not callable")
     return fn
 
 
 def _check_teacher(cfg: TrainConfig, system) -> None:
-    """A distillation the trainer can run: a smooth teacher, another student, order 1, no
-    periodic embedding (the student reads raw states)."""
+    """A distillation the trainer can run: a smooth trained teacher or a written-down one, another
+    student, order 1, no periodic embedding (the student reads raw states)."""
     name = cfg.teacher_activation
-    if name not in ACTIVATION_NAMES:
+    field = "teacher" if name is None else "teacher_activation"
+    if cfg.teacher is not None and name is not None:
+        raise ConfigError(f"teacher {cfg.teacher!r} and teacher_activation {name!r}: give one (a barrier "
+                          "written down, or one trained with that activation)")
+    if cfg.teacher is not None:
+        import_function(cfg.teacher, "teacher")
+    elif name not in ACTIVATION_NAMES:
         raise ConfigError(f"teacher_activation {name!r} unknown; choose from {', '.join(ACTIVATION_NAMES)}")
-    if not preset(name)[0].smooth:
+    elif not preset(name)[0].smooth:
         raise ConfigError(f"teacher_activation {name!r} is not smooth ({preset(name)[0].not_smooth}); the teacher "
                           "must be (e.g. softplus)")
-    if name == cfg.activation:
+    elif name == cfg.activation:
         raise ConfigError(f"teacher_activation {name!r} is the student's activation too: train it directly "
                           "(no teacher_activation)")
     if cfg.teacher_hidden is not None and (not cfg.teacher_hidden or any(
             not isinstance(w, int) or w < 1 for w in cfg.teacher_hidden)):
         raise ConfigError(f"teacher_hidden must list layer widths >= 1, got {cfg.teacher_hidden!r}")
     if cfg.order != 1:
-        raise ConfigError("teacher_activation: distillation is for order 1 barriers (order 2 needs a smooth "
+        raise ConfigError(f"{field}: distillation is for order 1 barriers (order 2 needs a smooth "
                           "network: train it directly)")
     if getattr(system, "periodic", {}):
-        raise ConfigError(f"teacher_activation: system {system.name!r} has periodic coordinates; a distilled "
+        raise ConfigError(f"{field}: system {system.name!r} has periodic coordinates; a distilled "
                           "student reads raw states and cannot wrap them (train it directly)")
     if cfg.certify:
-        raise ConfigError("teacher_activation and certify: the distillation's counterexample rounds already ask "
+        raise ConfigError(f"{field} and certify: the distillation's counterexample rounds already ask "
                           "the certifier (distil_rounds, distil_time_limit); drop certify")
 
 
@@ -295,7 +309,7 @@ def validate(cfg: TrainConfig, system) -> None:
         raise ConfigError(f"activation {cfg.activation!r} is not twice continuously differentiable "
                           f"({preset(cfg.activation)[0].not_smooth}); order 2 needs a smooth one "
                           "(e.g. softplus, tanh, silu)")
-    if cfg.teacher_activation is not None:
+    if cfg.teacher_activation is not None or cfg.teacher is not None:
         _check_teacher(cfg, system)
     if cfg.input_mask is not None:
         mask = cfg.input_mask

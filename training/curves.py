@@ -45,11 +45,13 @@ def curve_data(history: Sequence[dict[str, Any]], certify_history: Sequence[dict
 
 
 def plot_training_curves(path: str | Path, history: Sequence[dict[str, Any]], title: str = "",
-                         certify_history: Sequence[dict[str, Any]] | None = None) -> Path:
+                         certify_history: Sequence[dict[str, Any]] | None = None,
+                         no_rounds: str = "no training rounds:\nthe network is the warm start's fit") -> Path:
     """Three panels over the rounds: the loss terms, the trainer's condition and containment
     failures (log scale) with the certifier's verdicts, and the coverage of the constraint set.
     Each phase between certifier calls is its own segment; a dotted line marks each certifier
-    call (numbered above the middle panel, its verdict in the legend), a star the kept round."""
+    call (numbered above the middle panel, its verdict in the legend), a star the kept round.
+    ``no_rounds``: what the loss panel says when there are none."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.lines import Line2D
@@ -105,7 +107,7 @@ def plot_training_curves(path: str | Path, history: Sequence[dict[str, Any]], ti
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7, loc="upper right")
     if not ax_loss.get_legend_handles_labels()[0]:      # 0 rounds: the label set's fit is the network
-        ax_loss.text(0.5, 0.5, "no training rounds:\nthe network is the warm start's fit", ha="center",
+        ax_loss.text(0.5, 0.5, no_rounds, ha="center",
                      va="center", transform=ax_loss.transAxes, fontsize=9, color="0.3")
     if handles:
         fig.legend(handles=list(handles.values()), loc="outside lower center", ncol=min(len(handles), 3), fontsize=8,

@@ -85,6 +85,9 @@ FIELD_HELP: dict[str, str] = {
                           "softplus), then distil it into --activation (e.g. relu, for the exact verifiers), with "
                           "counterexample rounds against a dense check and the certifier; set it when a ReLU "
                           "barrier trained directly is refuted (default: none: train directly)",
+    "teacher": "distil a barrier written down instead of training a teacher: package.module:function, called "
+               "(system, widths) with --teacher-hidden (else --hidden) and returning a torch module on raw states, "
+               "e.g. training.teachers:spacecraft_slabs (default: none)",
     "teacher_hidden": "the teacher's hidden widths when they differ from the student's (a small student of a "
                       "larger teacher: the 3 x 8 spacecraft fit alone leaves h >= 0 in the keep-out ball) "
                       "(default: the student's)",

@@ -93,8 +93,13 @@ backup-rollout labels it used before gave sets the flow leaves (refuted, 2026-11
 The ``_relu`` presets are distilled (``teacher_activation``): a Softplus network of the same
 widths is trained first and the ReLU one fitted to it with counterexample rounds against the
 dense check and the certifier; trained directly, the 3-32-1 obstacle-avoidance ReLU fit was
-refuted (2026-11-26).  hi-ord8's student fails the trainer's check: it missed 1,125 of 250,000
-states (its drift reaches 28,800 in D, so a small gradient error is a large row error).
+refuted (2026-11-26).  The spacecraft's ``_relu`` presets distil instead a barrier written down
+(``teacher`` training.teachers:spacecraft_slabs, four braking slabs with sup_u hdot >= 0.1 on
+their edges): their students of a Softplus teacher stayed refuted.  hi-ord8's student of a
+Softplus teacher missed 1,125 of 250,000 states of the trainer's check (its drift reaches
+28,800 in D, so a small gradient error is a large row error); ``hi_ord8_relu`` distils the
+eigenvector half-space written down (``teacher`` training.teachers:hi_ord8_eigen, hdot + h =
+1.8 everywhere) instead.
 
 ``dt_control`` is each experiment's control period: the period ``--certify`` (and
 ``cbfsim certify`` without ``--dt``) proves the zero-order-hold loop for.
@@ -181,9 +186,12 @@ PRESETS.update({
     "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], **_RELU),
     "obstacle_avoidance_relu": PRESETS["obstacle_avoidance"].replace(condition_margin=0.2, **_RELU),
     "obstacle_avoidance_relu_64": PRESETS["obstacle_avoidance_64"].replace(condition_margin=0.2, **_RELU),
-    "spacecraft_relu": PRESETS["spacecraft"].replace(**_RELU),
-    "spacecraft_8_relu": PRESETS["spacecraft"].replace(hidden=[8, 8, 8], teacher_hidden=[16, 16, 16], **_RELU),
-    "hi_ord8_relu": PRESETS["hi_ord8"].replace(**_RELU),
+    # the spacecraft's students of a Softplus teacher stay refuted (108 rounds for the 3 x 8); the
+    # braking slabs written down (training.teachers) give them a teacher with margin everywhere
+    "spacecraft_relu": PRESETS["spacecraft"].replace(activation="relu", teacher="training.teachers:spacecraft_slabs"),
+    "spacecraft_8_relu": PRESETS["spacecraft"].replace(hidden=[8, 8, 8], activation="relu",
+                                                       teacher="training.teachers:spacecraft_slabs"),
+    "hi_ord8_relu": PRESETS["hi_ord8"].replace(activation="relu", teacher="training.teachers:hi_ord8_eigen"),
 })
 
 def preset(name: str, **overrides) -> TrainConfig:

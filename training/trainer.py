@@ -311,7 +311,7 @@ def train_barrier(config: TrainConfig, out_dir: str | Path | None = None, *, pro
     res = config.resolve(system)
     if out_dir is not None and Path(out_dir).exists() and not overwrite:
         raise FileExistsError(f"output directory {out_dir} exists; pass overwrite=True (CLI: --force) to replace it")
-    if config.teacher_activation is not None:        # train a smooth teacher, distil it (distilled.py)
+    if config.teacher_activation is not None or config.teacher is not None:     # distil a teacher (distilled.py)
         from .distilled import train_distilled
         return train_distilled(config, system, res, out_dir, progress=progress, overwrite=overwrite, verify=verify)
     torch.set_num_threads(config.threads)
@@ -413,10 +413,13 @@ def finish_directory(directory: Path, card, cfg: TrainConfig, verify: bool) -> d
         card.verification = verification
     card.to_json(directory / CARD_NAME)
     from .curves import plot_training_curves
-    title = f"Training: {card.system}"
+    title, notes = f"Training: {card.system}", {}
     distilled = card.training.get("distillation")
     if distilled:                             # the curves are the teacher's: the student has no rounds of its own
-        title += f" (the {distilled['teacher_activation']} teacher; the model is distilled from it)"
+        from .distilled import teacher_name
+        title += f" ({teacher_name(distilled)}; the model is distilled from it)"
+        if distilled.get("teacher"):
+            notes["no_rounds"] = "the teacher was written down, not trained:\nthe distillation's rounds are in model.json"
     plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=title,
-                         certify_history=card.training.get("certify_history"))
+                         certify_history=card.training.get("certify_history"), **notes)
     return verification
