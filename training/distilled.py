@@ -4,11 +4,11 @@ fits well, or from one written down (``training.teachers``).
 
 The trainer's own ReLU fits leave thin pieces whose gradient breaks the condition (the
 obstacle-avoidance ReLU preset trained directly is refuted).  Here the config is trained as it
-stands but with the teacher's smooth activation (and ``teacher_hidden`` widths, when given:
-``teacher`` names instead a function (system, widths) -> network, a barrier written down,
-which is taken as it is), then distilled into the config's network
-(``distil.py``: Sobolev fit, a tune on the conditions, counterexample rounds against the
-trainer's dense check and the certifier).  The output directory is a normal one -- model.onnx,
+stands but with the teacher's smooth activation (and ``teacher_hidden`` widths, when given), or
+``teacher`` names a function (system, widths) -> network, a barrier written down, taken as it
+is; the teacher is then distilled into the config's network (``distil.py``: Sobolev fit, a
+tune on the conditions, counterexample rounds against the trainer's dense check and the
+certifier).  The output directory is a normal one -- model.onnx,
 state_dict.pt and model.json are the student's, with its activation and widths, so verify,
 certify, compile and simulate take it as they take any -- plus ``teacher/`` (the teacher's own
 files, and the trained teacher's card).  The card's ``training.distillation`` records every round.

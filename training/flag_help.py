@@ -89,8 +89,7 @@ FIELD_HELP: dict[str, str] = {
                "(system, widths) with --teacher-hidden (else --hidden) and returning a torch module on raw states, "
                "e.g. training.teachers:spacecraft_slabs (default: none)",
     "teacher_hidden": "the teacher's hidden widths when they differ from the student's (a small student of a "
-                      "larger teacher: the 3 x 8 spacecraft fit alone leaves h >= 0 in the keep-out ball) "
-                      "(default: the student's)",
+                      "larger teacher, or the widths a written-down --teacher is built for) (default: the student's)",
     "distil_steps": "steps of the student's fit to the teacher's values and gradients (then a third as many "
                     "tuning it on the conditions); raise it when the student stays far from its teacher",
     "distil_rounds": "distillation's counterexample rounds at most (each: a dense check, the certifier for "

@@ -183,7 +183,8 @@ _RELU = {"activation": "relu", "teacher_activation": "softplus"}
 PRESETS.update({
     "darboux_256": PRESETS["darboux"].replace(hidden=[256, 256]),
     "darboux_relu": PRESETS["darboux"].replace(**_RELU),
-    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], **_RELU),
+    "darboux_relu_256": PRESETS["darboux"].replace(hidden=[256, 256], activation="relu",
+                                                   teacher="training.teachers:darboux_curve"),
     "obstacle_avoidance_relu": PRESETS["obstacle_avoidance"].replace(condition_margin=0.2, **_RELU),
     "obstacle_avoidance_relu_64": PRESETS["obstacle_avoidance_64"].replace(condition_margin=0.2, **_RELU),
     # the spacecraft's students of a Softplus teacher stay refuted (108 rounds for the 3 x 8); the
