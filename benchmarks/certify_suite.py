@@ -17,7 +17,7 @@ for states in the domain D (no closure) with the plant's initial set where it ha
 columns here prove that claim (`--claim in-domain`), the float32 header's rounding included.
 
     python benchmarks/certify_suite.py                       # ~2 h on 2 cores, trainings included (the
-                                                             # distilled spacecraft rows: 9-19 min each)
+                                                             # 3 x 16 spacecraft student: 24 min)
     python benchmarks/certify_suite.py --only oa_softplus --time-limit 60 --train-time 60
     python benchmarks/certify_suite.py --out results/certify_suite.md --work results/suite
 """

@@ -23,6 +23,7 @@ from systems import get_system  # noqa: E402
 from training.config import ConfigError, TrainConfig  # noqa: E402
 from training.distil import distil, teacher_module  # noqa: E402
 from training.network import export_onnx  # noqa: E402
+from training.presets import PRESETS  # noqa: E402
 
 MODELS = Path(__file__).resolve().parents[1] / "experiments" / "models"
 BAND = 0.02
@@ -187,3 +188,19 @@ def test_train_from_a_written_down_teacher_writes_the_student_and_that_teacher(t
     h = reference.lie(canonicalize(load_model(out / "teacher" / "model.onnx")), x, np.zeros_like(x),
                       np.zeros((len(x), 2, 0)))[0]
     assert np.allclose(h, design, atol=1e-4 * (1 + np.abs(design))), np.max(np.abs(h - design))
+
+
+@pytest.mark.parametrize("name", sorted(name for name, cfg in PRESETS.items() if cfg.teacher))
+def test_every_preset_with_a_written_down_teacher_gets_one_for_its_widths(name):
+    """A preset whose widths its teacher has no design for would fail only after minutes of
+    setup: the teacher is built here, reads the plant's states, and is a barrier that separates
+    (h < 0 somewhere in D where the constraint fails, h >= 0 somewhere)."""
+    from training.distilled import _teacher
+    cfg = PRESETS[name]
+    system = cfg.build_system()
+    teacher = _teacher(cfg, system, progress=False)
+    assert teacher.trained is None
+    x = np.random.default_rng(0).uniform(*system.domain, (20_000, system.n))
+    with torch.no_grad():
+        h = teacher.network(torch.as_tensor(x)).numpy()[:, 0]
+    assert np.any(h >= 0) and np.all(h[system.constraint(x) < 0] < 0)

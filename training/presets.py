@@ -189,7 +189,8 @@ PRESETS.update({
     "obstacle_avoidance_relu_64": PRESETS["obstacle_avoidance_64"].replace(condition_margin=0.2, **_RELU),
     # the spacecraft's students of a Softplus teacher stay refuted (108 rounds for the 3 x 8); the
     # braking slabs written down (training.teachers) give them a teacher with margin everywhere
-    "spacecraft_relu": PRESETS["spacecraft"].replace(activation="relu", teacher="training.teachers:spacecraft_slabs"),
+    "spacecraft_relu": PRESETS["spacecraft"].replace(activation="relu", teacher="training.teachers:spacecraft_slabs",
+                                                     distil_rounds=24),
     "spacecraft_8_relu": PRESETS["spacecraft"].replace(hidden=[8, 8, 8], activation="relu",
                                                        teacher="training.teachers:spacecraft_slabs"),
     "hi_ord8_relu": PRESETS["hi_ord8"].replace(activation="relu", teacher="training.teachers:hi_ord8_eigen"),
