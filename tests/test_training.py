@@ -234,7 +234,7 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         argv = ["train", "--system", "van_der_pol", "--out", "x"]
         if f.name in ("activation", "teacher_activation"):
             argv += [flag, "tanh"]
-        elif f.name == "label_set":
+        elif f.name in ("label_set", "teacher"):
             argv += [flag, "systems.dubins:left_circling_margin"]
         elif f.name == "order":
             argv += [flag, "2"]
@@ -247,7 +247,7 @@ def test_every_train_config_field_is_a_train_flag() -> None:
         cfg = _config_from_args(parser.parse_args(argv))
         expected = {"bool": True, "int": 7, "float": 0.375, "list[int]": [0, 1], "list[float]": [0.5, 1.5]}.get(kind, "tanh")
         expected = 2 if f.name == "order" else expected
-        expected = "systems.dubins:left_circling_margin" if f.name == "label_set" else expected
+        expected = "systems.dubins:left_circling_margin" if f.name in ("label_set", "teacher") else expected
         expected = ({"x2": {"gamma": 10.0, "margin": 1.0}, "x1": {"gamma": 2.0, "margin": 0.5}}
                     if f.name == "faces" else expected)
         assert getattr(cfg, f.name) == expected, f"{flag} did not set TrainConfig.{f.name}"
