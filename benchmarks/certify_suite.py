@@ -9,8 +9,8 @@ The barriers come from `cbfsim train` presets (training/presets.py) with small b
 row may well end "refuted" (the trained barrier is wrong and cbfsim says where) or "not
 certified in N s" (undecided): both are reported as they are.  The ReLU rows are distilled by
 `cbfsim train` (training/distilled.py) from Softplus teachers (their presets set
-teacher_activation) or, for the spacecraft, from the slabs written down (teacher); the designed
-rows are written down (training/designed.py, training/teachers.py).  The published times are the
+teacher_activation) or from barriers written down (teacher: the spacecraft, hi-ord8 and
+darboux_relu_256 presets); the designed rows are those barriers themselves (training/teachers.py).  The published times are the
 exact ReLU verifier's (Zhang, Wu, Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080),
 continuous time, no float32 rounding, boundary condition only, and, as every verifier there,
 for states in the domain D (no closure) with the plant's initial set where it has one: so both
@@ -60,7 +60,8 @@ ROWS = {
                           "trained from a random start on the designed 3 x 8 slabs (teacher "
                           "training.teachers:spacecraft_slabs); students of Softplus teachers stayed refuted"),
     "hi_ord8": ("hi_ord8", "8-16-1 Softplus", 35.0, "published 8-16-1 is ReLU"),
-    "hi_ord8_relu": ("hi_ord8_relu", "8-16-1 ReLU, distilled", 35.0, ""),
+    "hi_ord8_relu": ("hi_ord8_relu", "8-16-1 ReLU, distilled", 35.0,
+                     "trained from a random start on the designed half-space (teacher training.teachers:hi_ord8_eigen)"),
     "hi_ord8_eigen": ("hi_ord8", "8-16-1 Softplus, designed", 35.0,
                       "w.x + c from A's left eigenvector (systems.hi_ord8:eigen_halfspace), not trained; "
                       "published 8-16-1 is ReLU"),
@@ -84,8 +85,10 @@ SPEEDUP = 10.0          # the target: >= 10x faster than the published continuou
 # class-K function: the trained row's gamma for that plant, or None when it has no input)
 DESIGNED = {"hi_ord8_eigen": None, "spacecraft_8_designed": "linear:1", "spacecraft_designed": "linear:1",
             "darboux_designed": None, "darboux_designed_256": None}
-# the written-down ReLU rows: training.teachers' function and the widths
-WRITTEN = {"spacecraft_8_designed": ("spacecraft_slabs", (8, 8, 8)), "spacecraft_designed": ("spacecraft_slabs", (16, 16, 16)),
+# the written-down rows: training.teachers' function and the widths
+WRITTEN = {"hi_ord8_eigen": ("hi_ord8_eigen", (16,)),
+           "spacecraft_8_designed": ("spacecraft_slabs", (8, 8, 8)),
+           "spacecraft_designed": ("spacecraft_slabs", (16, 16, 16)),
            "darboux_designed": ("darboux_curve", (32, 32)), "darboux_designed_256": ("darboux_curve", (256, 256))}
 
 
@@ -103,18 +106,13 @@ def train(row: str, work: Path, train_time: float) -> Path:
 def designed(row: str, work: Path) -> Path:
     """The written-down barrier of ``row`` as work/row/model.onnx (no card: certified with --system)."""
     from systems import get_system
-    from systems.hi_ord8 import EIGEN_OFFSET, left_eigenvector
     from training import teachers
-    from training.designed import affine_softplus_network
     from training.network import export_onnx
     out = work / row
     out.mkdir(parents=True, exist_ok=True)
     system = get_system(ROWS[row][0])
-    if row == "hi_ord8_eigen":
-        net, _ = affine_softplus_network(left_eigenvector(), EIGEN_OFFSET, *system.domain, hidden=16)
-    else:
-        function, widths = WRITTEN[row]
-        net = getattr(teachers, function)(system, widths)
+    function, widths = WRITTEN[row]
+    net = getattr(teachers, function)(system, widths)
     export_onnx(net, out / "model.onnx", system.n)
     return out
 

@@ -130,8 +130,8 @@ def build_parser(prog: str = "python -m training.cli") -> argparse.ArgumentParse
     t.add_argument("--preset", help="start from a shipped config: vdp, bicycle, pendulum, dubins, or a literature "
                         "benchmark's (darboux, darboux_256, obstacle_avoidance, obstacle_avoidance_64, spacecraft, "
                         "hi_ord8, point_robot; ReLU ones distilled from them or from barriers written down: "
-                        "darboux_relu, darboux_relu_256, obstacle_avoidance_relu, obstacle_avoidance_relu_64, spacecraft_relu, spacecraft_8_relu, "
-                        "hi_ord8_relu) "
+                        "darboux_relu, darboux_relu_256, obstacle_avoidance_relu, obstacle_avoidance_relu_64, "
+                        "spacecraft_relu, spacecraft_8_relu, hi_ord8_relu) "
                         "(default: none)")
     t.add_argument("--config", type=Path, help="start from a JSON file holding a TrainConfig (default: none)")
     t.add_argument("--system", help="the plant: a built-in name (van_der_pol, bicycle, inverted_pendulum, acc, "

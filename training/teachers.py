@@ -5,7 +5,7 @@ training.teachers:spacecraft_slabs``) and the designed rows of ``benchmarks/cert
 Each function is ``(system, widths) -> nn.Sequential`` (float32, raw states).  A ReLU student
 distilled from one of these keeps its teacher's margin where a trained Softplus teacher has
 little: the spacecraft's 3 x 8 students of a Softplus teacher stayed refuted after 108 rounds,
-the one of ``spacecraft_slabs`` certifies after 4 (docs/training.md).
+the one of ``spacecraft_slabs`` certifies after 7 (docs/training.md).
 """
 from __future__ import annotations
 
@@ -21,10 +21,14 @@ SLAB_KNOTS = {8: (0.2,), 16: (0.2, -0.3, -0.65)}
 CURVE_SEGMENTS = {32: (16, 0.05), 256: (128, 0.02)}
 
 
-def _design(table: dict, widths: list[int] | tuple[int, ...], what: str, system: Any, plant: str) -> Any:
-    """(widths, the table's design for them), or a one-line ValueError naming what does not fit."""
+def _plant(system: Any, plant: str, what: str) -> None:
     if getattr(system, "name", None) != plant:
         raise ValueError(f"{what} is designed for the {plant} plant, got {getattr(system, 'name', system)!r}")
+
+
+def _design(table: dict, widths: list[int] | tuple[int, ...], what: str, system: Any, plant: str) -> Any:
+    """(widths, the table's design for them), or a one-line ValueError naming what does not fit."""
+    _plant(system, plant, what)
     widths = tuple(int(w) for w in widths)
     if not widths or widths[0] not in table:
         raise ValueError(f"{what} is designed for first hidden widths {sorted(table)}, got widths {list(widths)}")
@@ -52,8 +56,7 @@ def hi_ord8_eigen(system: Any, widths: list[int] | tuple[int, ...]):
     1.8 on {h = 0}), as a one-layer Softplus network in its linear regime."""
     from systems.hi_ord8 import EIGEN_OFFSET, left_eigenvector
     from .designed import affine_softplus_network
-    if getattr(system, "name", None) != "hi_ord8":
-        raise ValueError(f"hi_ord8_eigen is designed for the hi_ord8 plant, got {getattr(system, 'name', system)!r}")
+    _plant(system, "hi_ord8", "hi_ord8_eigen")
     widths = tuple(int(w) for w in widths)
     if len(widths) != 1:
         raise ValueError(f"hi_ord8_eigen is one hidden layer, got widths {list(widths)}")
