@@ -10,8 +10,8 @@ row may well end "refuted" (the trained barrier is wrong and cbfsim says where) 
 certified in N s" (undecided): both are reported as they are.  The ReLU rows are distilled by
 `cbfsim train` (training/distilled.py) from Softplus teachers (their presets set
 teacher_activation) or from barriers written down (teacher: the spacecraft, hi-ord8 and
-darboux_relu_256 presets); the designed rows are those barriers themselves (training/teachers.py).  The published times are the
-exact ReLU verifier's (Zhang, Wu, Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080),
+darboux_relu_256 presets); the designed rows are those barriers themselves
+(training/teachers.py).  The published times are the exact ReLU verifier's (Zhang, Wu, Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080),
 continuous time, no float32 rounding, boundary condition only, and, as every verifier there,
 for states in the domain D (no closure) with the plant's initial set where it has one: so both
 columns here prove that claim (`--claim in-domain`), the float32 header's rounding included.
@@ -55,13 +55,15 @@ ROWS = {
                    "preset's 3 x 8 fit of the braking set leaves h >= 0 in the keep-out ball (cbfsim verify fails)"),
     "spacecraft_relu": ("spacecraft_relu", "6-16-16-16-1 ReLU, distilled", None,
                         "published 89 s for 3 x 8 to 13,906 s for 3 x 32; 3 x 16 is not in our notes. Trained "
-                        "from a random start on the designed 3 x 16 slabs (teacher training.teachers:spacecraft_slabs)"),
+                        "from a random start on the designed 3 x 16 slabs "
+                        "(teacher training.teachers:spacecraft_slabs)"),
     "spacecraft_8_relu": ("spacecraft_8_relu", "6-8-8-8-1 ReLU, distilled", 89.0,
                           "trained from a random start on the designed 3 x 8 slabs (teacher "
                           "training.teachers:spacecraft_slabs); students of Softplus teachers stayed refuted"),
     "hi_ord8": ("hi_ord8", "8-16-1 Softplus", 35.0, "published 8-16-1 is ReLU"),
     "hi_ord8_relu": ("hi_ord8_relu", "8-16-1 ReLU, distilled", 35.0,
-                     "trained from a random start on the designed half-space (teacher training.teachers:hi_ord8_eigen)"),
+                     "trained from a random start on the designed half-space "
+                     "(teacher training.teachers:hi_ord8_eigen)"),
     "hi_ord8_eigen": ("hi_ord8", "8-16-1 Softplus, designed", 35.0,
                       "w.x + c from A's left eigenvector (systems.hi_ord8:eigen_halfspace), not trained; "
                       "published 8-16-1 is ReLU"),
