@@ -12,9 +12,10 @@ certified in N s" (undecided): both are reported as they are.  The ReLU rows are
 teacher_activation) or from barriers written down (teacher: the spacecraft, hi-ord8 and
 darboux_relu_256 presets); the designed rows are those barriers themselves
 (training/teachers.py).  The published times are the exact ReLU verifier's (Zhang, Wu,
-Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080), continuous time, no float32 rounding, boundary condition only, and, as every verifier there,
-for states in the domain D (no closure) with the plant's initial set where it has one: so both
-columns here prove that claim (`--claim in-domain`), the float32 header's rounding included.
+Vorobeychik, Clark, NeurIPS 2023; i7-12700 + RTX 3080), continuous time, no float32 rounding,
+boundary condition only, and, as every verifier there, for states in the domain D (no closure)
+with the plant's initial set where it has one: so both columns here prove that claim
+(`--claim in-domain`), the float32 header's rounding included.
 
     python benchmarks/certify_suite.py                       # ~2 h on 2 cores, trainings included (the
                                                              # 3 x 16 spacecraft student: 24 min)
