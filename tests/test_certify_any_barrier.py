@@ -313,3 +313,27 @@ def test_replay_of_a_held_input_against_scipy(plant_dir):
         reference = h64(net, sol.y.T).min() < 0
         assert reference == violated and bad == violated, lines
         assert any(line.strip().startswith("sampled_data " + ("VIOLATED" if violated else "holds")) for line in lines)
+
+
+def test_a_containment_failure_at_h_zero_is_recorded_where_it_replays():
+    """A batch and a single state are evaluated by different BLAS kernels, so a failure found at
+    h = +1e-16 may replay at h = -1e-16 (here: a state at h = -2e-15).  ``replayable`` moves it along grad h until the state
+    alone fails (h > 0 inside the unsafe set), and the replay says VIOLATED; a state with no
+    failure near it gives None.  h = x1 + 0.5 on Darboux (unsafe where x1 + x2^2 < 0)."""
+    from systems import get_system
+    from training.certify.build import build_problem
+    from training.certify.counterexamples import check_points, replayable
+    from training.certify.replay import replay
+    net = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.ReLU(), torch.nn.Linear(4, 1))
+    with torch.no_grad():                     # relu(x1 + 3) - 3 + 0.5 = x1 + 0.5 on D = [-2, 2]^2
+        net[0].weight.zero_(), net[0].bias.zero_(), net[2].weight.zero_()
+        net[0].weight[0, 0], net[0].bias[0], net[2].weight[0, 0], net[2].bias[0] = 1.0, 3.0, 1.0, -2.5
+    problem = build_problem(net, system=get_system("darboux"), condition="boundary")
+    x = np.array([-0.5 - 2e-15, 0.0])                             # h = -2e-15: holds alone
+    assert np.isnan(check_points(problem, x[None], 0.0)["containment"][0])
+    moved = replayable(problem, x, "containment", 0.0)
+    assert moved is not None and 0 < np.abs(moved - x).max() < 1e-6
+    assert check_points(problem, moved[None], 0.0)["containment"][0] < 0
+    lines, violated = replay(problem, moved)
+    assert violated and "containment  VIOLATED" in "\n".join(lines)
+    assert replayable(problem, np.array([0.2, 0.0]), "containment", 0.0) is None

@@ -299,9 +299,12 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
         for name, value in bad.items():
             for k in np.flatnonzero(~np.isnan(value)):
                 box = idx[owner[k]]
-                if not refuted[box]:
+                if refuted[box]:
+                    continue
+                x = ce.replayable(problem, pts[k], name, eps)       # as --replay will check it
+                if x is not None:
                     refuted[box] = True
-                    _record(res, name, pts[k], value[k], problem)
+                    _record(res, name, x, ce.check_points(problem, x[None], eps)[name][0], problem)
     for i, side in open_faces(problem):
         on = open_ & ~refuted & (bounds.scores["closure"] < 0) & ((blo[:, i] <= problem.lo[i]) if side < 0
                                                                    else (bhi[:, i] >= problem.hi[i]))

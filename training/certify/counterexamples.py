@@ -44,6 +44,31 @@ def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
+def replayable(problem: Problem, x: np.ndarray, name: str, eps: float) -> np.ndarray | None:
+    """A state violating condition ``name`` when checked alone, as ``--replay`` checks it: ``x``
+    itself, or, for containment, ``x`` moved into {h > 0} along grad h (by 1e-12 to 1e-4 of D's
+    span) while the constraint still fails; None when neither does.  A batch of states is
+    evaluated with other BLAS kernels than one state, so a containment failure found at h = +1e-16
+    replayed at h = -1e-16 (the 3 x 16 spacecraft student, 2026-11-28) and was no counterexample
+    to the user who replayed it."""
+    x = np.asarray(x, dtype=float)
+    if not np.isnan(check_points(problem, x[None], eps)[name][0]):
+        return x
+    if name != "containment" or problem.order != 1:
+        return None
+    n = problem.n
+    _, grad, _ = reference.lie(problem.model, np.repeat(x[None], n, 0), np.eye(n), np.zeros((n, n, 1)))
+    norm = float(np.linalg.norm(grad))
+    if not np.isfinite(norm) or norm == 0.0:
+        return None
+    span = float(np.max(problem.hi - problem.lo))
+    for step in 10.0 ** np.arange(-12, -3):
+        moved = np.clip(x + step * span * grad / norm, problem.lo, problem.hi)
+        if not np.isnan(check_points(problem, moved[None], eps)[name][0]):
+            return moved
+    return None
+
+
 def candidates(lo: np.ndarray, hi: np.ndarray, corners: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """(points (K, n), index of their box (K,)): centres, and the corners when asked."""
     pts = [0.5 * (lo + hi)]
