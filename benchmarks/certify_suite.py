@@ -84,15 +84,13 @@ TARGETS = {"point_robot": (60.0, True),    # row -> (seconds, the 10 ms column t
 SPEEDUP = 10.0          # the target: >= 10x faster than the published continuous-time time
 
 
-# rows whose barrier is written down (training/designed.py), not trained -> (the 10 ms column's
-# class-K function: the trained row's gamma for that plant, or None when it has no input)
-DESIGNED = {"hi_ord8_eigen": None, "spacecraft_8_designed": "linear:1", "spacecraft_designed": "linear:1",
-            "darboux_designed": None, "darboux_designed_256": None}
-# the written-down rows: training.teachers' function and the widths
-WRITTEN = {"hi_ord8_eigen": ("hi_ord8_eigen", (16,)),
-           "spacecraft_8_designed": ("spacecraft_slabs", (8, 8, 8)),
-           "spacecraft_designed": ("spacecraft_slabs", (16, 16, 16)),
-           "darboux_designed": ("darboux_curve", (32, 32)), "darboux_designed_256": ("darboux_curve", (256, 256))}
+# rows whose barrier is written down, not trained -> (its training.teachers function, the widths,
+# the 10 ms column's class-K function: the trained row's gamma for that plant, None without input)
+DESIGNED = {"hi_ord8_eigen": ("hi_ord8_eigen", (16,), None),
+            "spacecraft_8_designed": ("spacecraft_slabs", (8, 8, 8), "linear:1"),
+            "spacecraft_designed": ("spacecraft_slabs", (16, 16, 16), "linear:1"),
+            "darboux_designed": ("darboux_curve", (32, 32), None),
+            "darboux_designed_256": ("darboux_curve", (256, 256), None)}
 
 
 def train(row: str, work: Path, train_time: float) -> Path:
@@ -114,7 +112,7 @@ def designed(row: str, work: Path) -> Path:
     out = work / row
     out.mkdir(parents=True, exist_ok=True)
     system = get_system(ROWS[row][0])
-    function, widths = WRITTEN[row]
+    function, widths, _ = DESIGNED[row]
     net = getattr(teachers, function)(system, widths)
     export_onnx(net, out / "model.onnx", system.n)
     return out
@@ -197,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(system, "initial_set", None) is not None:
             claim["initial_set"] = ["plant"]
         ct = certify_row(out, args.time_limit, condition="boundary", workers=workers, **claim)
-        held_k = {"class_k": DESIGNED[row]} if row in DESIGNED else {}
+        held_k = {"class_k": DESIGNED[row][2]} if row in DESIGNED else {}
         held = certify_row(out, args.time_limit, dt=0.01, workers=workers, **claim, **held_k) if system.m else None
         results.append({"row": row, "plant": system.name, "n": system.n, "m": system.m, "network": network,
                         "published": published, "note": note, "ct": ct, "held": held})

@@ -331,9 +331,9 @@ def test_a_containment_failure_at_h_zero_is_recorded_where_it_replays():
     problem = build_problem(net, system=get_system("darboux"), condition="boundary")
     x = np.array([-0.5 - 2e-15, 0.0])                             # h = -2e-15: holds alone
     assert np.isnan(check_points(problem, x[None], 0.0)["containment"][0])
-    moved = replayable(problem, x, "containment", 0.0)
-    assert moved is not None and 0 < np.abs(moved - x).max() < 1e-6
-    assert check_points(problem, moved[None], 0.0)["containment"][0] < 0
+    moved, value = replayable(problem, x, "containment", 0.0)
+    assert 0 < np.abs(moved - x).max() < 1e-6
+    assert check_points(problem, moved[None], 0.0)["containment"][0] == value < 0
     lines, violated = replay(problem, moved)
     assert violated and "containment  VIOLATED" in "\n".join(lines)
     assert replayable(problem, np.array([0.2, 0.0]), "containment", 0.0) is None

@@ -301,10 +301,10 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
                 box = idx[owner[k]]
                 if refuted[box]:
                     continue
-                x = ce.replayable(problem, pts[k], name, eps)       # as --replay will check it
-                if x is not None:
+                alone = ce.replayable(problem, pts[k], name, eps)   # as --replay will check it
+                if alone is not None:
                     refuted[box] = True
-                    _record(res, name, x, ce.check_points(problem, x[None], eps)[name][0], problem)
+                    _record(res, name, *alone, problem)
     for i, side in open_faces(problem):
         on = open_ & ~refuted & (bounds.scores["closure"] < 0) & ((blo[:, i] <= problem.lo[i]) if side < 0
                                                                    else (bhi[:, i] >= problem.hi[i]))

@@ -44,28 +44,37 @@ def point_terms(problem: Problem, x: np.ndarray) -> dict[str, np.ndarray]:
     return out
 
 
-def replayable(problem: Problem, x: np.ndarray, name: str, eps: float) -> np.ndarray | None:
-    """A state violating condition ``name`` when checked alone, as ``--replay`` checks it: ``x``
-    itself, or, for containment, ``x`` moved into {h > 0} along grad h (by 1e-12 to 1e-4 of D's
-    span) while the constraint still fails; None when neither does.  A batch of states is
-    evaluated with other BLAS kernels than one state, so a containment failure found at h = +1e-16
-    replayed at h = -1e-16 (the 3 x 16 spacecraft student, 2026-11-28) and was no counterexample
-    to the user who replayed it."""
+def value_and_gradient(problem: Problem, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(h (K,), grad h (K, n)) at states x (K, n), float64: the Lie derivatives along the axes."""
+    k, n = x.shape
+    h, _, grad = reference.lie(problem.model, x, np.zeros((k, n)), np.broadcast_to(np.eye(n), (k, n, n)))
+    return h, grad
+
+
+def replayable(problem: Problem, x: np.ndarray, name: str, eps: float) -> tuple[np.ndarray, float] | None:
+    """(a state violating condition ``name`` when checked alone, as ``--replay`` checks it, and the
+    violated quantity there): ``x`` itself, or, for containment, ``x`` moved into {h > 0} along
+    grad h (by 1e-12 to 1e-4 of D's span) while the constraint still fails; None when neither
+    does.  A batch of states is evaluated with other BLAS kernels than one state, so a containment
+    failure found at h = +1e-16 replayed at h = -1e-16 (the 3 x 16 spacecraft student, 2026-11-28)
+    and was no counterexample to the user who replayed it."""
+    def alone(state: np.ndarray) -> tuple[np.ndarray, float] | None:
+        value = check_points(problem, state[None], eps)[name][0]
+        return None if np.isnan(value) else (state, float(value))
+
     x = np.asarray(x, dtype=float)
-    if not np.isnan(check_points(problem, x[None], eps)[name][0]):
-        return x
-    if name != "containment" or problem.order != 1:
-        return None
-    n = problem.n
-    _, grad, _ = reference.lie(problem.model, np.repeat(x[None], n, 0), np.eye(n), np.zeros((n, n, 1)))
+    found = alone(x)
+    if found is not None or name != "containment" or problem.order != 1:
+        return found
+    _, grad = value_and_gradient(problem, x[None])
     norm = float(np.linalg.norm(grad))
     if not np.isfinite(norm) or norm == 0.0:
         return None
     span = float(np.max(problem.hi - problem.lo))
     for step in 10.0 ** np.arange(-12, -3):
-        moved = np.clip(x + step * span * grad / norm, problem.lo, problem.hi)
-        if not np.isnan(check_points(problem, moved[None], eps)[name][0]):
-            return moved
+        found = alone(np.clip(x + step * span * grad[0] / norm, problem.lo, problem.hi))
+        if found is not None:
+            return found
     return None
 
 
@@ -88,9 +97,7 @@ def to_zero_level(problem: Problem, x: np.ndarray, owner: np.ndarray) -> tuple[n
         return x, owner
     active = np.arange(len(x))            # Newton converges in a few steps: only the unsettled points go on
     for _ in range(PROJECT_STEPS):
-        k = len(active)
-        h, _, grad = reference.lie(problem.model, x[active], np.zeros((k, problem.n)),
-                                   np.broadcast_to(np.eye(problem.n), (k, problem.n, problem.n)))
+        h, grad = value_and_gradient(problem, x[active])
         at = x[active]
         down = -h[:, None] * grad             # a coordinate on a face of D the step would leave stays put:
         held = ((at <= problem.lo) & (down < 0)) | ((at >= problem.hi) & (down > 0))   # projected Newton

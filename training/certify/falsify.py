@@ -115,7 +115,7 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
         for k in np.flatnonzero(~np.isnan(value))[:ce_limit()]:
             alone = ce.replayable(problem, x[k], name, eps)          # as --replay will check it
             if alone is not None:
-                found.items[name].append((alone, float(ce.check_points(problem, alone[None], eps)[name][0]), None))
+                found.items[name].append((*alone, None))
     if leaks:
         _leaks(problem, eps, rng, found)
     if not found and problem.condition == "boundary" and regions.applies(problem):
