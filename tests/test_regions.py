@@ -178,7 +178,13 @@ def test_every_sampled_piece_is_walked_with_the_exact_minimum_of_its_row(seed):
     assert negatives == sorted(v for v in w.values.values() if v < 0)
 
 
-def test_a_violation_two_millionths_wide_is_found_and_confirmed():
+def _no_ridges(problem, x, owner, per_state=2):
+    return x[:0], owner[:0]
+
+
+def test_a_violation_two_millionths_wide_is_found_and_confirmed(monkeypatch):
+    from training.certify import falsify
+    monkeypatch.setattr(falsify, "to_ridge", _no_ridges)            # the walk's find, not the ridges' (below)
     s = Sideways()
     net = tent_barrier(TENT_SLOPE)
     cert = certify_module(net, s, condition="boundary", scope="in-domain", time_limit=60)
@@ -193,17 +199,25 @@ def test_a_violation_two_millionths_wide_is_found_and_confirmed():
         assert c["value"] == pytest.approx(row[0], abs=1e-6)
 
 
-def test_without_the_walk_the_falsifier_misses_it_and_without_the_tent_it_is_certified(monkeypatch):
+def test_without_the_walk_and_the_ridges_the_falsifier_misses_it_and_without_the_tent_it_is_certified(monkeypatch):
     from training.certify import falsify
     s = Sideways()
-    p = _problem(tent_barrier(TENT_SLOPE), s)
-    seeds = _on_zero_level(tent_barrier(TENT_SLOPE), np.random.default_rng(0), *s.domain, 2000)
+    net = tent_barrier(TENT_SLOPE)
+    p = _problem(net, s)
+    seeds = _on_zero_level(net, np.random.default_rng(0), *s.domain, 2000)
     walked = regions.walk(p, seeds, deadline=float("inf"))
     assert walked.exhausted and [round(q.value, 6) for q in walked.negative] == [1 - 0.5 * TENT_SLOPE]
     monkeypatch.setattr(falsify.regions, "applies", lambda problem: False)
     from training.certify.build import build_problem
-    problem = build_problem(load_torch(tent_barrier(TENT_SLOPE)), None, system=s, condition="boundary",
-                            scope="in-domain")
+    problem = build_problem(load_torch(net), None, system=s, condition="boundary", scope="in-domain")
+    # the states moved onto the tent's ridges meet its falling side: torch float64's rows just
+    # beside each counterexample (one on each side of the ridge) fall to the falling side's
+    by_ridges = falsify.falsify(problem, 0.0, deadline=float("inf")).items["feasibility"]
+    assert by_ridges
+    for x, value, _ in by_ridges:
+        _, rows = _row64(net, s, x + np.array([[-1e-8, 0], [1e-8, 0]]))
+        assert value == pytest.approx(1 - 0.5 * TENT_SLOPE, abs=1e-9) and rows.min() == pytest.approx(value, abs=1e-9)
+    monkeypatch.setattr(falsify, "to_ridge", _no_ridges)
     assert not falsify.falsify(problem, 0.0, deadline=float("inf"))       # the sampled states miss 2e-6
     monkeypatch.undo()
     flat = certify_module(tent_barrier(0.0), s, condition="boundary", scope="in-domain", time_limit=60)

@@ -328,8 +328,8 @@ def _boundary_claim(problem: Problem, coordinates: list[dict[str, Any]]) -> str:
             f"sup over u in {inputs} of L_f h + L_G h.u >= 0 (no class-K term, no margin, no sampled data), "
             f"and h < 0 wherever the constraint of {s.name} fails, so C = {{h >= 0}} lies in the constraint set.")
     if problem.relu_like:
-        text += (" The network is piecewise linear: at its ridges the bound holds for every adjacent piece's "
-                 "gradient with its own best input, not for one common input.")
+        text += (" The network is piecewise linear: at its ridges one input serves every adjacent piece's "
+                 "gradient (the Clarke form of the nonsmooth condition).")
     open_ = [c["name"] for c in coordinates if c["case"] == "open"]
     if open_:
         text += f" C is not proven closed inside D in {', '.join(open_)}: the claim holds only while the states stay in D."

@@ -34,6 +34,7 @@ from compiler.interval import Interval
 from . import counterexamples as ce
 from .conditions import NAMES, evaluate, open_faces
 from .problem import Problem
+from .ridges import to_ridge
 
 FALSIFY_EVERY = 25                # rounds between the falsifier's local searches from the worst open boxes
 FALSIFY_BOXES = 64
@@ -293,6 +294,9 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
             # centres of a split box sample the level more densely anyway)
             centres = slice(0, len(idx))
             on, on_owner = ce.to_zero_level(problem, pts[centres], owner[centres])
+            if problem.relu_like:                # and on its ridges (the common-input form)
+                ridge, ridge_owner = to_ridge(problem, on, on_owner)
+                on, on_owner = np.concatenate([on, ridge]), np.concatenate([on_owner, ridge_owner])
             inside = np.all((blo[idx][on_owner] <= on) & (on <= bhi[idx][on_owner]), axis=1)
             pts, owner = np.concatenate([pts, on[inside]]), np.concatenate([owner, on_owner[inside]])
         bad = ce.check_points(problem, pts, eps)
@@ -364,7 +368,8 @@ def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: 
     if len(res.counterexamples[name]) >= MAX_LISTED:
         return
     quantity = {"containment": "constraint (with x in the certified set)",
-                "feasibility": ("sup_u (L_f h + L_G h.u) on h = 0" if problem.condition == "boundary"
+                "feasibility": (("sup_u min over the pieces met at x of (L_f h + L_G h.u) on h = 0" if problem.relu_like
+                                 else "sup_u (L_f h + L_G h.u) on h = 0") if problem.condition == "boundary"
                                 else "sup_u (a.u + b) - margin"),
                 "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
                 "closure": "outward speed through an open face of the domain, from a state of the set",

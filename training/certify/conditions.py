@@ -14,9 +14,12 @@ mode, so they hold both the exact network and the float32 header's numbers):
 ``Problem.condition == "boundary"`` (continuous time only) replaces feasibility by the
 boundary (Nagumo) condition of the barrier-certificate literature: on boxes that may meet
 {h = 0} (h_lo <= 0 <= h_hi), sup_{u in U} L_f h + L_G h . u >= 0, with no class-K term and
-no margin; sampled data does not apply (+inf).  For a ReLU network the gradient enclosure
-holds every adjacent piece's gradient, so this proves min over those gradients of the best
-input for each (the per-point generalized Nagumo form, not the filter's common-input form).
+no margin; sampled data does not apply (+inf).  At a ReLU network's ridge the condition asks
+one input for every adjacent piece (the Clarke form, ``ridges.py``; each piece's own best input
+is not enough).  The interval bound proves that form: the gradient enclosure holds the pieces'
+gradients and their convex hull, and the least over a convex set of gradients of sup_u is
+max_u of the least (minimax: the row is bilinear in gradient and input).  The level-piece bound
+asks one input of all the pieces that meet {h = 0} in a box (``level_pieces.py``).
 
 ``Problem.initial`` (barrier certificates, ``sets.py``) adds the initial-set condition: on
 boxes meeting the initial set, the lower bound of h (order 2: of min(h, psi1)) over the box

@@ -126,6 +126,9 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
         on = np.abs(t["h"]) <= ON_ZERO
         cont = np.where((t["level"] >= 0) & (t["constraint"] < 0), t["constraint"], np.nan)
         rate = best_row(problem, t) - problem.gains.get("gamma", 0.0) * t["h"]
+        if problem.relu_like and on.any():         # at a ridge, one input for every piece met there
+            from .ridges import ridge_rate
+            rate[on] = ridge_rate(problem, x[on], rate[on])
         return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan), "initial": initial}
     in_set = t["level"] >= 0
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)

@@ -30,6 +30,7 @@ import numpy as np
 from . import counterexamples as ce
 from . import regions
 from .problem import Problem
+from .ridges import to_ridge
 
 BOUNDARY_STATES = 1024
 SEARCH_RK4_STEPS = 8        # the search integrates coarsely; every violation it reports is re-integrated finely
@@ -110,7 +111,7 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
         return found
     if problem.condition == "boundary":          # the Nagumo condition's candidates lie on {h = 0}
         on, _ = ce.to_zero_level(problem, x, np.arange(len(x)))
-        x = np.concatenate([x, on])
+        x = np.concatenate([x, on] + ([to_ridge(problem, on, np.arange(len(on)))[0]] if problem.relu_like else []))
     for name, value in ce.check_points(problem, x, eps).items():
         for k in np.flatnonzero(~np.isnan(value))[:ce_limit()]:
             alone = ce.replayable(problem, x[k], name, eps)          # as --replay will check it

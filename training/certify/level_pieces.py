@@ -23,9 +23,11 @@ breakpoints (0 and -s_mid_i / g_i), and all of them are evaluated.  For a linear
 (s_rad = 0: the spacecraft, hi-ord8) this is the exact minimum of the row over the slab of the
 box.  Less the header's and float64's gradient rounding (e_t + g_err) . |F_u(B)|, it is a lower
 bound of the row on the piece; the interval product lo(g . F_u(B)) is one too, and the larger
-counts.  The box's score is the least over its pieces of the better of two inputs' bounds:
-the per-piece (generalized) Nagumo condition.  On a box with more than ``MAX_UNSTABLE``
-unstable neurons no piece is built and the score is -inf (the box is split).
+counts.  Where one piece meets the slab, the box's score is the better of two inputs' bounds.
+Where several do, a ridge between them may cross {h = 0}, and the nonsmooth condition (its
+Clarke form, ``ridges.py``) asks one input for all of them: the score is the best, over
+common inputs, of the least bound over the pieces (``_common_input_row``).  On a box with more
+than ``MAX_UNSTABLE`` unstable neurons no piece is built and the score is -inf (the box is split).
 
 Before this bound, every pattern of the unstable neurons was bounded against F over the whole
 box.  On 300 boxes 1/16 of the domain wide centred on {h = 0} of the 3 x 16 spacecraft student
@@ -47,6 +49,7 @@ from .terms import PlantTerms, take_rows
 
 MAX_UNSTABLE = 8           # unstable neurons in a box before it is left to splitting (6: 7.1 s, 8: 6.8 s,
 #                            10: 11.8 s for the ReLU 3-64-64-1 obstacle-avoidance certificate)
+MAX_VERTEX_INPUTS = 4      # inputs m up to which every vertex of U is a common-input candidate (2^m of them)
 CHUNK_BOXES = 256          # boxes enumerated at once (a box may hold up to 2^MAX_UNSTABLE pieces)
 _UP = 1.0 + 2.0 ** -40     # rounds a short sum of nonnegative float64 terms up
 _U = 2.0 ** -53
@@ -95,16 +98,84 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     eps = np.nextafter((e_h[b] + delta) * _UP, np.inf)
     reach = np.einsum("pi,pi->p", np.abs(g), r) * (1 + 4 * _U) * _UP
     meets = np.abs(h_c) - np.abs(h_c) * 2 * _U - reach <= eps              # the slab may be non-empty
-    rows = _RowParts(g, centre, plant, b)
     loss_g = g_err + e_t[b]
-    best = np.full(len(b), -np.inf)
-    for gains in (rows.G_c, rows.G_B):
-        best = np.maximum(best, rows.bound(best_vertex(gains.mid, u_lo, u_hi), loss_g, h_c, eps, r))
-    best = np.where(meets, best, np.inf)
     least = np.full(box.shape[0], np.inf)
-    np.minimum.at(least, b, best)
+    shared = np.bincount(b[meets], minlength=box.shape[0]) > 1          # a ridge may cross {h = 0} here
+    alone = np.flatnonzero(meets & ~shared[b])
+    if len(alone):                      # one piece meets the slab: its own best input
+        rows = _RowParts(g[alone], centre, plant, b[alone])
+        best = np.full(len(alone), -np.inf)
+        for gains in (rows.G_c, rows.G_B):
+            best = np.maximum(best, rows.bound(best_vertex(gains.mid, u_lo, u_hi), loss_g[alone], h_c[alone],
+                                               eps[alone], r[alone]))
+        np.minimum.at(least, b[alone], best)
+    together = np.flatnonzero(meets & shared[b])
+    if len(together):                   # one input for every piece that meets the slab (the Clarke form)
+        least[shared] = _common_input_row(_RowParts(g[together], centre, plant, b[together]), b[together],
+                                          box.shape[0], loss_g[together], h_c[together], eps[together],
+                                          r[together], u_lo, u_hi)[shared]
     score[few] = np.where(found.enumerated, least, -np.inf)
     return score
+
+
+def _common_input_row(rows: "_RowParts", owner: np.ndarray, boxes: int, loss_g: np.ndarray, h_c: np.ndarray,
+                      eps: np.ndarray, r: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """(boxes,) the best, over candidate inputs, of the least bound over each box's pieces at that
+    one input: every vertex of U and its centre (for m <= ``MAX_VERTEX_INPUTS``; beyond, the
+    centre and the vertex best for the box's summed gains), then, on boxes still failing, the
+    input an LP mixes from the vertices' bounds (``_mixed_inputs``)."""
+    m = len(u_lo)
+    if m <= MAX_VERTEX_INPUTS:
+        vertices = [np.where(np.array([(k >> j) & 1 for j in range(m)], dtype=bool), u_hi, u_lo)
+                    for k in range(2 ** m)]
+        tried = [np.tile(u, (len(owner), 1)) for u in vertices]
+    else:
+        summed = np.zeros((boxes, m))
+        np.add.at(summed, owner, rows.G_c.mid)
+        tried = [best_vertex(summed, u_lo, u_hi)[owner]]
+    tried.append(np.tile(0.5 * (u_lo + u_hi), (len(owner), 1)))
+    values = np.stack([rows.bound(u, loss_g, h_c, eps, r) for u in tried], axis=1)      # (P, K)
+    best = np.full(boxes, -np.inf)
+    for k in range(values.shape[1]):
+        best = np.maximum(best, _least_per_box(values[:, k], owner, boxes))
+    failing = np.flatnonzero(np.isfinite(best) & (best < 0))
+    if len(failing) and m:
+        u, solved = _mixed_inputs(values, tried, owner, failing, boxes)
+        if solved.any():
+            mixed = _least_per_box(rows.bound(np.clip(u, u_lo, u_hi), loss_g, h_c, eps, r), owner, boxes)
+            best = np.maximum(best, np.where(solved, mixed, -np.inf))
+    return best
+
+
+def _least_per_box(values: np.ndarray, owner: np.ndarray, boxes: int) -> np.ndarray:
+    least = np.full(boxes, np.inf)
+    np.minimum.at(least, owner, values)
+    return least
+
+
+def _mixed_inputs(values: np.ndarray, tried: list[np.ndarray], owner: np.ndarray, failing: np.ndarray,
+                  boxes: int) -> tuple[np.ndarray, np.ndarray]:
+    """((P, m) per piece, its box's input sum_k w_k u_k; (boxes,) whether the box has one), with
+    the weights w (a point of the simplex) that maximise the least over the box's pieces of
+    sum_k w_k bound_k, on the failing boxes where that reaches 0: the exact maximiser where each
+    bound is affine in u (a constant G), a candidate like any other elsewhere (the bound is
+    evaluated again at it)."""
+    from scipy.optimize import linprog
+    K = values.shape[1]
+    weights = np.full((boxes, K), np.nan)
+    for box in failing:
+        v = values[owner == box]
+        if not np.all(np.isfinite(v)):
+            continue
+        # maximise t: t - sum_k w_k v_pk <= 0 per piece, sum_k w_k = 1, w >= 0
+        res = linprog(np.r_[np.zeros(K), -1.0], A_ub=np.c_[-v, np.ones(len(v))], b_ub=np.zeros(len(v)),
+                      A_eq=np.r_[np.ones(K), 0.0][None], b_eq=[1.0],
+                      bounds=[(0, None)] * K + [(None, None)], method="highs")
+        if res.status == 0 and -res.fun >= 0:
+            weights[box] = res.x[:K]
+    solved = ~np.isnan(weights[:, 0])
+    w = np.nan_to_num(weights[owner])                                     # (P, K); unused where not solved
+    return np.einsum("pk,kpm->pm", w, np.stack(tried)), solved
 
 
 class _RowParts:

@@ -64,3 +64,36 @@ def header_tangent_rounding(model, active: list[np.ndarray], unstable: list[np.n
         if keep is not None:
             e_t, t_abs = e_t * keep, t_abs * keep
     return e_t[:, :, 0]
+
+
+class PieceMaps:
+    """The canonical network's Dense layers, as the affine maps of an activation pattern (float64)."""
+
+    def __init__(self, model):
+        self.dense = [layer for layer in canonicalize(model).layers if isinstance(layer, Dense)]
+        self.n = self.dense[0].in_dim
+        self.hidden = sum(layer.out_dim for layer in self.dense[:-1])
+
+    def patterns(self, x: np.ndarray) -> np.ndarray:
+        """(K, hidden) bool: active neurons at states x (float64; ReLU'(0) = 0: z = 0 is inactive)."""
+        bits = []
+        for layer in self.dense[:-1]:
+            x = x @ layer.weight.T + layer.bias
+            bits.append(x > 0)
+            x = np.maximum(x, 0.0)
+        return np.concatenate(bits, axis=1)
+
+    def affine(self, pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """(Z (hidden, n), z0 (hidden,), g (n,), c): every pre-activation is Z x + z0 on the
+        pattern's region, and h = g . x + c."""
+        L, off = np.eye(self.n), np.zeros(self.n)
+        rows, offs, start = [], [], 0
+        for layer in self.dense[:-1]:
+            L, off = layer.weight @ L, layer.weight @ off + layer.bias
+            rows.append(L)
+            offs.append(off)
+            keep = pattern[start:start + layer.out_dim]
+            start += layer.out_dim
+            L, off = L * keep[:, None], off * keep
+        last = self.dense[-1]
+        return np.concatenate(rows), np.concatenate(offs), (last.weight @ L)[0], float((last.weight @ off + last.bias)[0])

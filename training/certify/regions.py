@@ -30,10 +30,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from compiler.ir import Dense
-from compiler.passes import canonicalize
 
-from .patterns import supported
+from .patterns import PieceMaps, supported
 
 FACET_TOL = 1e-7           # a facet within HiGHS's feasibility tolerance of S counts as met (an extra
 #                            neighbour costs one LP; a missed one loses the pieces behind it)
@@ -82,39 +80,6 @@ class Walk:
     negative: list[Piece] = field(default_factory=list)    # the pieces whose row fell below ``below``
     values: dict[bytes, float] = field(default_factory=dict)   # pattern (bool bytes) -> the row's minimum
     seconds: float = 0.0
-
-
-class _Network:
-    """The canonical network's Dense layers, as the affine maps of a pattern."""
-
-    def __init__(self, model):
-        self.dense = [layer for layer in canonicalize(model).layers if isinstance(layer, Dense)]
-        self.n = self.dense[0].in_dim
-        self.hidden = sum(layer.out_dim for layer in self.dense[:-1])
-
-    def patterns(self, x: np.ndarray) -> np.ndarray:
-        """(K, hidden) bool: active neurons at states x (float64; ReLU'(0) = 0: z = 0 is inactive)."""
-        bits = []
-        for layer in self.dense[:-1]:
-            x = x @ layer.weight.T + layer.bias
-            bits.append(x > 0)
-            x = np.maximum(x, 0.0)
-        return np.concatenate(bits, axis=1)
-
-    def affine(self, pattern: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
-        """(Z (hidden, n), z0 (hidden,), g (n,), c): every pre-activation is Z x + z0 on the
-        pattern's region, and h = g . x + c."""
-        L, off = np.eye(self.n), np.zeros(self.n)
-        rows, offs, start = [], [], 0
-        for layer in self.dense[:-1]:
-            L, off = layer.weight @ L, layer.weight @ off + layer.bias
-            rows.append(L)
-            offs.append(off)
-            keep = pattern[start:start + layer.out_dim]
-            start += layer.out_dim
-            L, off = L * keep[:, None], off * keep
-        last = self.dense[-1]
-        return np.concatenate(rows), np.concatenate(offs), (last.weight @ L)[0], float((last.weight @ off + last.bias)[0])
 
 
 class _PieceLP:
@@ -191,7 +156,7 @@ def walk(problem, seeds: np.ndarray, deadline: float, max_pieces: int | None = N
     plant = linear_plant(problem.system)
     if plant is None:
         raise ValueError(f"the region walk needs f affine and G constant, but {problem.system.name}'s are not")
-    net = _Network(problem.model)
+    net = PieceMaps(problem.model)
     lp = _PieceLP(np.asarray(problem.lo, float), np.asarray(problem.hi, float))
     u_lo, u_hi = np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float)
     out = Walk()

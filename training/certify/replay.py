@@ -94,7 +94,9 @@ def replay(problem: Problem, x: Any, u: Any = None, margin: float = 0.0) -> tupl
     say("containment", bad["containment"][0], f"x in the certified set and in the unsafe set ({unsafe})"
         if level >= 0 and c < 0 else "x is outside the unsafe set or the certified set")
     if problem.condition == "boundary":
-        say("feasibility", bad["feasibility"][0], f"|h| <= {ce.ON_ZERO:g} and sup_u L_f h + L_G h.u < 0")
+        rows = ("min over the pieces met within a hair of x of L_f h + L_G h.u" if problem.relu_like
+                else "L_f h + L_G h.u")
+        say("feasibility", bad["feasibility"][0], f"|h| <= {ce.ON_ZERO:g} and sup_u {rows} < 0")
     else:
         say("feasibility", bad["feasibility"][0], f"x in the set and sup_u (a.u + b) < margin {margin:g}")
     if problem.initial:
