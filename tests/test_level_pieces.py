@@ -151,7 +151,8 @@ def _every_piece_over_the_whole_box(model, system, box: Interval, u_max: float) 
 def test_the_zero_level_proves_more_boxes_than_every_piece_over_the_whole_box():
     """On boxes centred on {h = 0} of a linear plant: strictly more boxes proven than with
     each piece's exact gradient against F over the whole box, one input for all of them (less the header's rounding, which
-    that reference leaves out, the bound is never lower by more than 1e-5)."""
+    that reference leaves out, the bound is never lower by more than 1e-5, unless it is >= 0: the
+    common input stops at the first that proves the box)."""
     system = get_system("spacecraft")
     net = _net(5, (6, 12, 8, 1))
     model = load_torch(net, input_dim=6)
@@ -160,7 +161,7 @@ def test_the_zero_level_proves_more_boxes_than_every_piece_over_the_whole_box():
     old = _every_piece_over_the_whole_box(model, system, box, 1.0)
     both = np.isfinite(old) & np.isfinite(new)
     assert both.sum() >= 50
-    assert np.all(new[both] >= old[both] - 1e-5)
+    assert np.all((new[both] >= old[both] - 1e-5) | (new[both] >= 0))       # it stops at the first input that proves
     assert np.sum(new >= 0) > np.sum(old >= 0) + 10
 
 

@@ -37,6 +37,8 @@ box where an LP per piece finds 10 to 85 real regions.
 """
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from compiler.bounds_pieces import pieces
@@ -121,25 +123,32 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
 def _common_input_row(rows: "_RowParts", owner: np.ndarray, boxes: int, loss_g: np.ndarray, h_c: np.ndarray,
                       eps: np.ndarray, r: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
     """(boxes,) the best, over candidate inputs, of the least bound over each box's pieces at that
-    one input: every vertex of U and its centre (for m <= ``MAX_VERTEX_INPUTS``; beyond, the
-    centre and the vertex best for the box's summed gains), then, on boxes still failing, the
-    input an LP mixes from the vertices' bounds (``_mixed_inputs``)."""
+    one input.  First the vertex of U best for the box's summed gains; on the boxes that fails,
+    every vertex (for m <= ``MAX_VERTEX_INPUTS``) and the centre of U, then the input an LP
+    mixes from their bounds (``_mixed_inputs``)."""
     m = len(u_lo)
+    summed = np.zeros((boxes, m))
+    np.add.at(summed, owner, rows.G_c.mid)
+    first = best_vertex(summed, u_lo, u_hi)[owner]
+    best = _least_per_box(rows.bound(first, loss_g, h_c, eps, r), owner, boxes)
+    open_ = np.flatnonzero(best[owner] < 0)                      # the pieces of the boxes still failing
+    if not len(open_) or not m:
+        return best
+    rows, owner, loss_g, h_c, eps, r = rows.take(open_), owner[open_], loss_g[open_], h_c[open_], eps[open_], r[open_]
+    tried = [first[open_], np.tile(0.5 * (u_lo + u_hi), (len(owner), 1))]
     if m <= MAX_VERTEX_INPUTS:
-        vertices = [np.where(np.array([(k >> j) & 1 for j in range(m)], dtype=bool), u_hi, u_lo)
-                    for k in range(2 ** m)]
-        tried = [np.tile(u, (len(owner), 1)) for u in vertices]
-    else:
-        summed = np.zeros((boxes, m))
-        np.add.at(summed, owner, rows.G_c.mid)
-        tried = [best_vertex(summed, u_lo, u_hi)[owner]]
-    tried.append(np.tile(0.5 * (u_lo + u_hi), (len(owner), 1)))
+        tried += [np.tile(np.where(np.array(bits, dtype=bool), u_hi, u_lo), (len(owner), 1))
+                  for bits in itertools.product((0, 1), repeat=m)]
     values = np.stack([rows.bound(u, loss_g, h_c, eps, r) for u in tried], axis=1)      # (P, K)
-    best = np.full(boxes, -np.inf)
-    for k in range(values.shape[1]):
-        best = np.maximum(best, _least_per_box(values[:, k], owner, boxes))
-    failing = np.flatnonzero(np.isfinite(best) & (best < 0))
-    if len(failing) and m:
+    reopened = np.zeros(boxes, dtype=bool)
+    reopened[owner] = True
+    for k in range(1, values.shape[1]):
+        best = np.where(reopened, np.maximum(best, _least_per_box(values[:, k], owner, boxes)), best)
+    # a mix of the tried inputs can reach at most each piece's best among them (an affine bound):
+    # the LP is worth its cost only where every piece has some input with a bound >= 0
+    reachable = _least_per_box(values.max(axis=1), owner, boxes) >= 0
+    failing = np.flatnonzero(np.isfinite(best) & (best < 0) & reachable)
+    if len(failing):
         u, solved = _mixed_inputs(values, tried, owner, failing, boxes)
         if solved.any():
             mixed = _least_per_box(rows.bound(np.clip(u, u_lo, u_hi), loss_g, h_c, eps, r), owner, boxes)
@@ -190,6 +199,13 @@ class _RowParts:
         self.s_G = (gp[:, None, :, None] * plant.JG[b]).sum(2)                                   # (P, m, n)
         self.F_f, self.F_G = plant.f[b], plant.G[b]
         self.g = g
+
+    def take(self, idx: np.ndarray) -> "_RowParts":
+        """The same parts for the pieces ``idx`` only."""
+        out = object.__new__(_RowParts)
+        for name, value in vars(self).items():
+            setattr(out, name, value[idx])
+        return out
 
     def bound(self, u: np.ndarray, g_loss: np.ndarray, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray) -> np.ndarray:
         """(P,) lower bound of g . F_u(x) on each piece's slab (module docstring), less the

@@ -37,7 +37,7 @@ def preactivations(net: PieceMaps, x: np.ndarray) -> tuple[np.ndarray, np.ndarra
     zs, Zs = [], []
     for layer in net.dense[:-1]:
         z = a @ layer.weight.T + layer.bias
-        Z = np.einsum("oi,kin->kon", layer.weight, J)
+        Z = np.matmul(layer.weight, J)
         zs.append(z)
         Zs.append(Z)
         on = z > 0
@@ -46,7 +46,7 @@ def preactivations(net: PieceMaps, x: np.ndarray) -> tuple[np.ndarray, np.ndarra
     h = (a @ last.weight.T + last.bias)[:, 0]
     if not zs:                                   # an affine network: no neuron, no ridge
         zs, Zs = [np.zeros((len(x), 0))], [np.zeros((len(x), 0, net.n))]
-    return np.concatenate(zs, axis=1), np.concatenate(Zs, axis=1), h, np.einsum("i,kin->kn", last.weight[0], J)
+    return np.concatenate(zs, axis=1), np.concatenate(Zs, axis=1), h, np.matmul(last.weight[0], J)
 
 
 def to_ridge(problem: Problem, x: np.ndarray, owner: np.ndarray, per_state: int = 2
@@ -64,11 +64,16 @@ def to_ridge(problem: Problem, x: np.ndarray, owner: np.ndarray, per_state: int 
     nearest = np.argsort(step2, axis=1)[:, :per_state]
     rows = np.repeat(np.arange(len(x)), nearest.shape[1])
     k, y = nearest.ravel(), x[rows].copy()
+    moving = np.arange(len(y))                  # Newton settles in a few steps: only the unsettled go on
     for _ in range(RIDGE_STEPS):
-        z, Z, h, g = preactivations(net, y)
-        zk, Zk = z[np.arange(len(y)), k], Z[np.arange(len(y)), k]
+        z, Z, h, g = preactivations(net, y[moving])
+        at = np.arange(len(moving))
+        zk, Zk = z[at, k[moving]], Z[at, k[moving]]
         step, _ = _pair_step(zk[:, None], Zk[:, None], h, g)
-        y = np.clip(y - step[:, 0], problem.lo, problem.hi)
+        y[moving] = np.clip(y[moving] - step[:, 0], problem.lo, problem.hi)
+        moving = moving[~((np.abs(h) <= 1e-3 * ON_ZERO) & (np.abs(zk) <= 1e-3 * ON_ZERO))]
+        if not len(moving):
+            break
     z, _, h, _ = preactivations(net, y)
     scale = np.max(np.abs(y), axis=1) + 1.0
     keep = (np.abs(h) <= ON_ZERO) & (np.abs(z[np.arange(len(y)), k]) <= ON_ZERO * scale)
@@ -117,17 +122,18 @@ def ridge_rate(problem: Problem, x: np.ndarray, own: np.ndarray) -> np.ndarray:
         probes.append(np.clip(x[i] + PROBE * span * dirs, problem.lo, problem.hi))
         owner.append(np.full(len(dirs), i))
     _, grads = value_and_gradient(problem, np.concatenate(probes))
-    owner = np.concatenate(owner)
+    grads, owner = np.concatenate([grads, g_x[ridged]]), np.concatenate(owner + [ridged])   # x's own gradient too
     f, G = problem.system.f(x), problem.system.G(x).reshape(len(x), problem.n, problem.m)
-    tried = _inputs(problem.u_lo, problem.u_hi)                                     # (V, m)
-    for i in ridged:
-        met = np.unique(np.concatenate([g_x[i][None], grads[owner == i]]), axis=0)
-        if len(met) < 2:
-            continue
-        drift, gains = met @ f[i], met @ G[i]
-        served = np.max(np.min(drift[:, None] + gains @ tried.T, axis=0))       # some input serves all
-        out[i] = min(out[i], served if served >= -ON_ZERO
-                     else common_input_value(drift, gains, problem.u_lo, problem.u_hi))
+    drift, gains = np.einsum("pn,pn->p", grads, f[owner]), np.einsum("pn,pnm->pm", grads, G[owner])
+    served = np.full(len(x), -np.inf)                               # the best tried input's least row
+    for u in _inputs(problem.u_lo, problem.u_hi):
+        least = np.full(len(x), np.inf)
+        np.minimum.at(least, owner, drift + gains @ u)
+        served = np.maximum(served, least)
+    out[ridged] = np.minimum(out[ridged], served[ridged])   # >= -ON_ZERO: some input serves every piece met
+    for i in ridged[served[ridged] < -ON_ZERO]:               # else the LP's value, from above
+        rows = owner == i
+        out[i] = min(own[i], common_input_value(drift[rows], gains[rows], problem.u_lo, problem.u_hi))
     return out
 
 
