@@ -38,6 +38,23 @@ def test_the_boundary_row_is_the_plants_sup_over_inputs():
     assert np.allclose(row, np.einsum("bi,bi->b", g, system.f(x)) + best, rtol=0, atol=1e-12)
 
 
+def test_the_boundary_row_toward_a_gradient_takes_that_gradients_best_input():
+    """With ``toward``, one input per state: the vertex of U best for the other gradient (numpy,
+    the plant's float64 G); the row there never exceeds the sup, and equals it where both gradients
+    pick the same vertex."""
+    system = get_system("spacecraft")
+    rng = np.random.default_rng(4)
+    x, g, t = rng.uniform(-1, 1, (400, 6)), rng.normal(size=(400, 6)), rng.normal(size=(400, 6))
+    row = boundary_row(system, torch.tensor(x), torch.tensor(g), toward=torch.tensor(t)).numpy()
+    G = system.G(x)
+    u = np.where(np.einsum("bi,bij->bj", t, G) >= 0, system.u_max, system.u_min)
+    expected = np.einsum("bi,bi->b", g, system.f(x)) + np.einsum("bj,bj->b", np.einsum("bi,bij->bj", g, G), u)
+    assert np.allclose(row, expected, rtol=0, atol=1e-12)
+    sup = boundary_row(system, torch.tensor(x), torch.tensor(g)).numpy()
+    same = np.all(np.sign(np.einsum("bi,bij->bj", g, G)) == np.sign(np.einsum("bi,bij->bj", t, G)), axis=1)
+    assert np.all(row <= sup + 1e-12) and same.sum() > 10 and np.allclose(row[same], sup[same], atol=1e-12)
+
+
 def test_the_student_is_a_relu_network_close_to_its_teacher(tmp_path):
     """A short fit (300 steps) brings the ReLU student within a small share of the teacher's
     range, in value and in gradient, on fresh states of D; the file is a plain ReLU MLP."""

@@ -10,7 +10,10 @@ Softplus one trained with room to spare (``cbfsim train --teacher-activation sof
 1. a Sobolev fit: the student ReLU network matches the teacher's values and gradients on
    uniform states of the domain D;
 2. a tune on the conditions the certifier asks: a hinge on the boundary (Nagumo) row
-   sup_u L_f h + L_G h . u >= ``slack`` at the states near the student's zero level, and on
+   sup_u L_f h + L_G h . u >= ``slack`` at the states near the student's zero level, and on the
+   row at one input for each such state and a partner close by (``_shared_input_hinge``: the
+   student's pieces that meet on a ridge must share an input, the Clarke form the certifier
+   proves), and on
    h <= -``clearance`` where the plant's constraint fails and h >= ``clearance`` on the plant's
    initial set where it has one (a barrier certificate's third condition), with the teacher's
    values kept;
@@ -85,14 +88,21 @@ def _value_and_grad(net: nn.Module, x: torch.Tensor, graph: bool) -> tuple[torch
     return h, torch.autograd.grad(h.sum(), x, create_graph=graph)[0]
 
 
-def boundary_row(system: Any, x: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """sup over the input box of L_f h + L_G h . u at states x (B,) from grad h (B, n)."""
+def boundary_row(system: Any, x: torch.Tensor, grad: torch.Tensor, toward: torch.Tensor | None = None) -> torch.Tensor:
+    """sup over the input box of L_f h + L_G h . u at states x (B,) from grad h (B, n); with
+    ``toward`` (B, n), the row at the input that is best for that gradient instead (the teacher's:
+    one input per state, whichever piece of the student the state lies on)."""
     row = (grad * system.f_torch(x)).sum(-1)
     if system.m:
-        a = (grad.unsqueeze(-1) * system.G_torch(x)).sum(-2)                    # (B, m)
+        G = system.G_torch(x)
+        a = (grad.unsqueeze(-1) * G).sum(-2)                                    # (B, m)
         lo = torch.as_tensor(system.u_min, dtype=x.dtype)
         hi = torch.as_tensor(system.u_max, dtype=x.dtype)
-        row = row + torch.maximum(a * lo, a * hi).sum(-1)
+        if toward is None:
+            row = row + torch.maximum(a * lo, a * hi).sum(-1)
+        else:
+            u = torch.where((toward.unsqueeze(-1) * G).sum(-2) >= 0, hi, lo)
+            row = row + (a * u).sum(-1)
     return row
 
 
@@ -234,6 +244,8 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
     near = (h_s.detach().abs() < hinges.band).double()
     rate = boundary_row(system, x, g_s)
     condition = (torch.relu(hinges.slack - rate) * near).sum() / near.sum().clamp(min=1.0)
+    if system.m:
+        condition = condition + _shared_input_hinge(student, system, x, g_s, near, hinges)
     unsafe = (system.constraint_torch(x) < 0).double()
     containment = (torch.relu(h_s + hinges.clearance) * unsafe).sum() / unsafe.sum().clamp(min=1.0)
     loss = ((h_s - h_t) ** 2).mean() + 10.0 * condition + 10.0 * containment
@@ -245,6 +257,25 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
         filter_row = torch.relu(hinges.condition_margin - rate - hinges.gamma * h_s) * inside
         loss = loss + 10.0 * filter_row.sum() / inside.sum().clamp(min=1.0)
     return loss
+
+
+PAIR_RADIUS = 0.005        # the shared-input hinge's partner states: normal around each, this share of D's edges
+
+
+def _shared_input_hinge(student: nn.Module, system: Any, x: torch.Tensor, g: torch.Tensor, near: torch.Tensor,
+                        hinges: Hinges) -> torch.Tensor:
+    """The boundary row >= slack at x and at a partner state close by, both at one input: the
+    vertex best for the sum of their gradients.  Across a ridge of the student the two states lie
+    on different pieces, which the certifier holds to one input (the Clarke form); each piece's
+    own best input is not enough (the 3 x 8 spacecraft student of 2026-11-28 was refuted there)."""
+    lo, hi = (torch.as_tensor(b, dtype=x.dtype) for b in system.domain)
+    partner = x.detach() + torch.randn_like(x) * (hi - lo) * PAIR_RADIUS
+    partner = torch.minimum(torch.maximum(partner, lo), hi)
+    _, g_p = _value_and_grad(student, partner, graph=True)
+    toward = (g + g_p).detach()
+    rows = (boundary_row(system, x, g, toward=toward), boundary_row(system, partner, g_p, toward=toward))
+    short = sum(torch.relu(hinges.slack - row) for row in rows) * near
+    return short.sum() / near.sum().clamp(min=1.0)
 
 
 def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.ndarray, count: int = 1_000_000,
