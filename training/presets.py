@@ -192,7 +192,8 @@ PRESETS.update({
     "spacecraft_relu": PRESETS["spacecraft"].replace(activation="relu", teacher="training.teachers:spacecraft_slabs",
                                                      distil_rounds=24),
     "spacecraft_8_relu": PRESETS["spacecraft"].replace(hidden=[8, 8, 8], activation="relu",
-                                                       teacher="training.teachers:spacecraft_slabs"),
+                                                       teacher="training.teachers:spacecraft_slabs",
+                                                       distil_rounds=24),   # 16 to clean at ridges (899 s)
     "hi_ord8_relu": PRESETS["hi_ord8"].replace(activation="relu", teacher="training.teachers:hi_ord8_eigen"),
 })
 

@@ -106,10 +106,8 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     alone = np.flatnonzero(meets & ~shared[b])
     if len(alone):                      # one piece meets the slab: its own best input
         rows = _RowParts(g[alone], centre, plant, b[alone])
-        best = np.full(len(alone), -np.inf)
-        for gains in (rows.G_c, rows.G_B):
-            best = np.maximum(best, rows.bound(best_vertex(gains.mid, u_lo, u_hi), loss_g[alone], h_c[alone],
-                                               eps[alone], r[alone]))
+        best = rows.bounds([best_vertex(gains.mid, u_lo, u_hi) for gains in (rows.G_c, rows.G_B)], loss_g[alone],
+                           h_c[alone], eps[alone], r[alone]).max(axis=1)
         np.minimum.at(least, b[alone], best)
     together = np.flatnonzero(meets & shared[b])
     if len(together):                   # one input for every piece that meets the slab (the Clarke form)
@@ -139,7 +137,7 @@ def _common_input_row(rows: "_RowParts", owner: np.ndarray, boxes: int, loss_g: 
     if m <= MAX_VERTEX_INPUTS:
         tried += [np.tile(np.where(np.array(bits, dtype=bool), u_hi, u_lo), (len(owner), 1))
                   for bits in itertools.product((0, 1), repeat=m)]
-    values = np.stack([rows.bound(u, loss_g, h_c, eps, r) for u in tried], axis=1)      # (P, K)
+    values = rows.bounds(tried, loss_g, h_c, eps, r)                                      # (P, K)
     reopened = np.zeros(boxes, dtype=bool)
     reopened[owner] = True
     for k in range(1, values.shape[1]):
@@ -210,16 +208,36 @@ class _RowParts:
     def bound(self, u: np.ndarray, g_loss: np.ndarray, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray) -> np.ndarray:
         """(P,) lower bound of g . F_u(x) on each piece's slab (module docstring), less the
         gradient's rounding ``g_loss`` . |F_u(B)|."""
+        return self.bounds([u], g_loss, h_c, eps, r)[:, 0]
+
+    def bounds(self, inputs: list[np.ndarray], g_loss: np.ndarray, h_c: np.ndarray, eps: np.ndarray,
+               r: np.ndarray) -> np.ndarray:
+        """(P, K) ``bound`` at each of K inputs (P, m).  Where G is constant (J_G = 0: the
+        spacecraft, hi-ord8) the slab's dual term does not depend on u and is computed once."""
+        input_free = bool(np.all(self.s_G.lo == 0) and np.all(self.s_G.hi == 0))
+        out, dual = [], None
+        for u in inputs:
+            u_iv = Interval.point(u)
+            if dual is None or not input_free:
+                dual, spread_s = self._slab_dual(self.s_f + (self.s_G * u_iv[:, :, None]).sum(1), h_c, eps, r)
+            F_mag = (self.F_f + (self.F_G * u_iv[:, None, :]).sum(-1)).mag
+            with np.errstate(invalid="ignore", over="ignore"):
+                rounding = np.einsum("pi,pi->p", g_loss, F_mag) * _UP
+                at_centre = (self.f_c + (self.G_c * u_iv).sum(-1)).lo
+                whole_box = (self.f_B + (self.G_B * u_iv).sum(-1)).lo
+                spread = (spread_s + rounding) * _UP
+                slab = np.nextafter(np.nextafter(at_centre + dual, -np.inf) - spread, -np.inf)
+                box_wide = np.nextafter(whole_box - rounding, -np.inf)
+            value = np.fmax(slab, box_wide)
+            out.append(np.where(np.isnan(value), -np.inf, value))
+        return np.stack(out, axis=1)
+
+    def _slab_dual(self, s: Interval, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(the best multiplier's term over the breakpoints, s_rad . r) for the slope s = g^T J_u(B)."""
         g = self.g
-        u_iv = Interval.point(u)
-        s = self.s_f + (self.s_G * u_iv[:, :, None]).sum(1)
         s_mid = np.clip(s.mid, s.lo, s.hi)
         s_rad = np.nextafter(np.maximum(s.hi - s_mid, s_mid - s.lo), np.inf)
-        F_mag = (self.F_f + (self.F_G * u_iv[:, None, :]).sum(-1)).mag
         with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-            rounding = np.einsum("pi,pi->p", g_loss, F_mag) * _UP
-            at_centre = (self.f_c + (self.G_c * u_iv).sum(-1)).lo
-            whole_box = (self.f_B + (self.G_B * u_iv).sum(-1)).lo
             kinks = np.where(g != 0, -s_mid / np.where(g != 0, g, 1.0), 0.0)
             lam = np.concatenate([np.zeros((len(g), 1)), np.where(np.isfinite(kinks), kinks, 0.0)], axis=1)
             # lam: (P, n + 1), every breakpoint
@@ -230,8 +248,4 @@ class _RowParts:
             slope_up = np.abs(slope) + 2 * _U * (np.abs(s_mid)[:, None, :] + 2 * lam_g)
             cost = (np.abs(lam) * eps[:, None] + np.einsum("pki,pi->pk", slope_up, r)) * _UP * _UP
             dual = np.nextafter(lam_h - cost, -np.inf).max(axis=1)
-            spread = (np.einsum("pi,pi->p", s_rad, r) + rounding) * _UP
-            slab = np.nextafter(np.nextafter(at_centre + dual, -np.inf) - spread, -np.inf)
-            box_wide = np.nextafter(whole_box - rounding, -np.inf)
-        value = np.fmax(slab, box_wide)
-        return np.where(np.isnan(value), -np.inf, value)
+            return dual, np.einsum("pi,pi->p", s_rad, r)
