@@ -103,6 +103,20 @@ def all_activations_net(order: int, inputs: int, gain: float = 1.0, seed: int = 
     return net
 
 
+def module_on_path(tmp_path_factory, name: str, source: str):
+    """A module ``name`` written from ``source`` into a fresh directory put on sys.path, as a
+    user's PYTHONPATH puts their own plant (a generator for a fixture: yields the directory, then
+    removes it from sys.path and forgets the module)."""
+    d = tmp_path_factory.mktemp(name)
+    (d / f"{name}.py").write_text(source)
+    sys.path.insert(0, str(d))
+    try:
+        yield d
+    finally:
+        sys.path.remove(str(d))
+        sys.modules.pop(name, None)
+
+
 def cli_in_process(argv: list[str]) -> subprocess.CompletedProcess:
     """``cbfsim ARGV`` run by ``cbfsim.cli.main`` in this process: its exit code, stdout and
     stderr as a finished subprocess would give them, without an interpreter and its imports

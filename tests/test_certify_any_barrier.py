@@ -21,7 +21,7 @@ import pytest
 torch = pytest.importorskip("torch")
 nn = torch.nn
 
-from conftest import cli_in_process  # noqa: E402
+from conftest import cli_in_process, module_on_path  # noqa: E402
 from training.certify import CertifyError, certify_module  # noqa: E402
 
 RADIUS = 0.2
@@ -68,12 +68,7 @@ PLANT = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def plant_dir(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("plant")
-    (d / "holo_plant.py").write_text(PLANT)
-    sys.path.insert(0, str(d))
-    yield d
-    sys.path.remove(str(d))
-    sys.modules.pop("holo_plant", None)
+    yield from module_on_path(tmp_path_factory, "holo_plant", PLANT)
 
 
 def barrier(leak: bool, n: int = 2, K: int = 9, level: float = 0.26) -> nn.Sequential:

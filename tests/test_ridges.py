@@ -9,7 +9,6 @@ while h <= x2 + a/2 everywhere.  With d = 0.1, u = 0 serves both and the set is 
 """
 from __future__ import annotations
 
-import sys
 import textwrap
 
 import numpy as np
@@ -18,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from torch import nn  # noqa: E402
 
-from conftest import cli_in_process  # noqa: E402
+from conftest import cli_in_process, module_on_path  # noqa: E402
 
 A, SLOPE = 0.1, 0.5
 
@@ -49,13 +48,9 @@ PLANT = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def roof_plant(tmp_path_factory):
-    d = tmp_path_factory.mktemp("roof")
-    (d / "roof_plant.py").write_text(PLANT)
-    sys.path.insert(0, str(d))
-    import roof_plant
-    yield roof_plant
-    sys.path.remove(str(d))
-    sys.modules.pop("roof_plant", None)
+    for _ in module_on_path(tmp_path_factory, "roof_plant", PLANT):
+        import roof_plant
+        yield roof_plant
 
 
 def roof() -> nn.Sequential:
