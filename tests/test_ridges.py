@@ -188,3 +188,21 @@ def test_to_ridge_lands_on_the_level_set_and_a_neuron_zero_set(roof_plant):
         net.float()
     assert np.all(np.abs(h) <= 1e-9)
     assert np.all(np.abs(z[:, 0]) <= 1e-9)                                       # the roof's one ridge: x1 = a
+
+
+def test_other_piecewise_linear_networks_are_left_to_the_interval_bound(roof_plant):
+    """A leaky-ReLU roof is not a Dense/ReLU network: no ridge is searched, the rate is left as it
+    is, and the search's interval bound still refuses every box around its ridge point."""
+    from compiler.interval import Interval
+    from training.certify.build import build_problem
+    from training.certify.conditions import evaluate
+    from training.certify.ridges import ridge_rate, to_ridge
+    net = roof()
+    leaky = nn.Sequential(net[0], nn.LeakyReLU(0.01), net[2]).float().eval()
+    problem = build_problem(leaky, None, system=roof_plant.Roof(), condition="boundary", margin=0.0, scope="in-domain")
+    assert problem.relu_like
+    x = np.stack([ridge_point(net)] * 3)
+    assert len(to_ridge(problem, x, np.arange(3))[0]) == 0
+    assert np.array_equal(ridge_rate(problem, x, np.array([1.0, 2.0, 3.0])), [1.0, 2.0, 3.0])
+    box = Interval(x[:1] - 1e-4, x[:1] + 1e-4)
+    assert np.all(evaluate(problem, box, 0.0).scores["feasibility"] < 0)

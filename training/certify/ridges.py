@@ -8,6 +8,10 @@ one element of that hull, and each piece's own best input may differ: the roof
 h = x2 + x1/2 - |x1 - a| under x1' = u, x2' = -1/2 passes both checks and is not controlled
 invariant (``tests/test_ridges.py``).
 
+Only Dense/ReLU networks (``patterns.supported``) are checked here; the other piecewise-linear
+ones (leaky ReLU, hardtanh) keep the interval bound, which proves the Clarke form too
+(``conditions.py``), and the single-gradient check.
+
 * ``to_ridge`` moves states of {h = 0} onto the nearest ridge: Newton steps on (h, z_k) = 0 for the
   pre-activation z_k whose zero set is nearest in the level plane.
 * ``ridge_rate`` is max over U of min_j g_j . F_u(x) over the gradients of the pieces met at probe
@@ -21,7 +25,7 @@ import itertools
 
 import numpy as np
 
-from .patterns import PieceMaps
+from .patterns import PieceMaps, supported
 from .problem import Problem
 
 PROBE = 1e-9            # probe distance, as a fraction of D's span: far beyond a ridge point's own error
@@ -56,8 +60,8 @@ def to_ridge(problem: Problem, x: np.ndarray, owner: np.ndarray, per_state: int 
     clipped to D): (the states that end there, |h| and |z_k| within ``ON_ZERO``; their owners)."""
     from .counterexamples import ON_ZERO
     x = np.asarray(x, dtype=float)
-    if not len(x):
-        return x, owner
+    if not len(x) or not supported(problem.model):
+        return x[:0], np.asarray(owner)[:0]
     net = PieceMaps(problem.model)
     z, Z, h, g = preactivations(net, x)
     step2 = _pair_step(z, Z, h, g)[1]                                             # (K, H) squared step length
@@ -104,6 +108,8 @@ def ridge_rate(problem: Problem, x: np.ndarray, own: np.ndarray) -> np.ndarray:
     from .counterexamples import ON_ZERO, value_and_gradient
     x = np.asarray(x, dtype=float)
     out = np.array(own, dtype=float)
+    if not len(x) or not supported(problem.model):
+        return out
     net = PieceMaps(problem.model)
     z, Z, _, g_x = preactivations(net, x)
     span = float(np.max(problem.hi - problem.lo))
