@@ -90,8 +90,8 @@ def _value_and_grad(net: nn.Module, x: torch.Tensor, graph: bool) -> tuple[torch
 
 def boundary_row(system: Any, x: torch.Tensor, grad: torch.Tensor, toward: torch.Tensor | None = None) -> torch.Tensor:
     """sup over the input box of L_f h + L_G h . u at states x (B,) from grad h (B, n); with
-    ``toward`` (B, n), the row at the input that is best for that gradient instead (the teacher's:
-    one input per state, whichever piece of the student the state lies on)."""
+    ``toward`` (B, n), the row at the input that is best for that gradient instead (one input
+    for states on different pieces: ``_shared_input_hinge``)."""
     row = (grad * system.f_torch(x)).sum(-1)
     if system.m:
         G = system.G_torch(x)
@@ -175,7 +175,7 @@ def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: st
         schedule.step()
     tune = torch.optim.Adam(student.parameters(), lr=3e-4)
     for _ in range(tune_steps):
-        _step(tune, _tune_loss(student, teacher, system, states(batch), hinges, starts()), student, blind)
+        _step(tune, _tune_loss(student, teacher, system, states(batch), hinges, starts(), generator), student, blind)
     rounds = _rounds(student, teacher, system, lo, hi, hinges, tune, blind, generator, starts, batch, refine_rounds,
                      refine_steps, refine_time, clean_rounds, sampled)
     return student.eval(), rounds
@@ -210,7 +210,7 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
             near = near + torch.randn(near.shape, dtype=torch.float64, generator=generator) * span * NEIGHBOURHOOD
             rest = low + span * torch.rand(batch - len(near), system.n, dtype=torch.float64, generator=generator)
             x = torch.cat([rest, torch.minimum(torch.maximum(near, low), low + span)])
-            _step(tune, _tune_loss(student, teacher, system, x, hinges, starts()), student, blind)
+            _step(tune, _tune_loss(student, teacher, system, x, hinges, starts(), generator), student, blind)
     return rounds
 
 
@@ -235,7 +235,7 @@ def _zero_blind(student: nn.Sequential, blind: torch.Tensor | None) -> None:
 
 
 def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Tensor, hinges: Hinges,
-               start: torch.Tensor | None = None) -> torch.Tensor:
+               start: torch.Tensor | None = None, generator: torch.Generator | None = None) -> torch.Tensor:
     """The teacher's values kept, the boundary row's hinge near the zero level, containment's
     hinge, and h >= clearance at ``start`` (states of the plant's initial set, if any)."""
     with torch.no_grad():
@@ -245,7 +245,7 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
     rate = boundary_row(system, x, g_s)
     condition = (torch.relu(hinges.slack - rate) * near).sum() / near.sum().clamp(min=1.0)
     if system.m:
-        condition = condition + _shared_input_hinge(student, system, x, g_s, near, hinges)
+        condition = condition + _shared_input_hinge(student, system, x, g_s, near, hinges, generator)
     unsafe = (system.constraint_torch(x) < 0).double()
     containment = (torch.relu(h_s + hinges.clearance) * unsafe).sum() / unsafe.sum().clamp(min=1.0)
     loss = ((h_s - h_t) ** 2).mean() + 10.0 * condition + 10.0 * containment
@@ -263,13 +263,13 @@ PAIR_RADIUS = 0.005        # the shared-input hinge's partner states: normal aro
 
 
 def _shared_input_hinge(student: nn.Module, system: Any, x: torch.Tensor, g: torch.Tensor, near: torch.Tensor,
-                        hinges: Hinges) -> torch.Tensor:
+                        hinges: Hinges, generator: torch.Generator | None) -> torch.Tensor:
     """The boundary row >= slack at x and at a partner state close by, both at one input: the
     vertex best for the sum of their gradients.  Across a ridge of the student the two states lie
     on different pieces, which the certifier holds to one input (the Clarke form); each piece's
     own best input is not enough (the 3 x 8 spacecraft student of 2026-11-28 was refuted there)."""
     lo, hi = (torch.as_tensor(b, dtype=x.dtype) for b in system.domain)
-    partner = x.detach() + torch.randn_like(x) * (hi - lo) * PAIR_RADIUS
+    partner = x.detach() + torch.randn(x.shape, dtype=x.dtype, generator=generator) * (hi - lo) * PAIR_RADIUS
     partner = torch.minimum(torch.maximum(partner, lo), hi)
     _, g_p = _value_and_grad(student, partner, graph=True)
     toward = (g + g_p).detach()
