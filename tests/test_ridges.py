@@ -9,6 +9,7 @@ while h <= x2 + a/2 everywhere.  With d = 0.1, u = 0 serves both and the set is 
 """
 from __future__ import annotations
 
+import shlex
 import textwrap
 
 import numpy as np
@@ -105,7 +106,7 @@ def test_the_roof_is_refused_with_a_counterexample_on_its_ridge_that_replays(roo
     for c in found:
         p = np.array(c["x"])
         assert abs(p[0] - ridge_point(net)[0]) < 1e-8 and c["value"] == pytest.approx(-0.5, abs=1e-6)
-    out = cli_in_process(__import__("shlex").split(found[0]["replay"])[1:])
+    out = cli_in_process(shlex.split(found[0]["replay"])[1:])
     assert out.returncode == 3 and "feasibility  VIOLATED" in out.stdout, out.stdout + out.stderr
     assert "min over the pieces met" in out.stdout
 
