@@ -55,6 +55,14 @@ def best_vertex(a_mid: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> np.nda
     return np.where(a_mid >= 0, u_hi[None, :], u_lo[None, :])
 
 
+def vertices_and_centre(u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """(2^m + 1, m): every vertex of the input box [u_lo, u_hi], then its centre."""
+    u_lo, u_hi = np.asarray(u_lo, float), np.asarray(u_hi, float)
+    k, j = np.arange(2 ** len(u_lo))[:, None], np.arange(len(u_lo))[None, :]
+    bits = ((k >> j) & 1).astype(bool)                  # vertex k takes u_hi_j where bit j of k is set
+    return np.concatenate([np.where(bits, u_hi, u_lo), 0.5 * (u_lo + u_hi)[None]])
+
+
 def baumann_centre(D: Interval, box: Interval) -> np.ndarray:
     """(B, n): the centre that maximises the mean-value form's lower bound for the slope
     enclosure ``D`` (Baumann 1988): per coordinate, the lower end where the row cannot fall

@@ -59,7 +59,7 @@ from compiler.ir import Activation
 
 from .problem import Problem
 from .sampled import admissible_slices, level_drop, min_over_admissible, row_rounding, taylor_level, tube
-from .centred import best_vertex, centred_row
+from .centred import best_vertex, centred_row, vertices_and_centre
 from .level_pieces import level_piece_row
 from .patterns import supported
 from .containment import traded_containment
@@ -297,11 +297,8 @@ def _linear_row(problem: Problem, box: Interval, grad_rounding: np.ndarray, leve
 def _candidate_inputs(problem: Problem, batch: int) -> list[np.ndarray]:
     """Every vertex of the input box and its centre, each (B, m); an autonomous plant (m = 0),
     the one empty input (its vertex and its centre are the same)."""
-    lo, hi = np.asarray(problem.u_lo, float), np.asarray(problem.u_hi, float)
-    if not len(lo):
-        return [np.zeros((batch, 0))]
-    picks = [np.where(np.array([(k >> j) & 1 for j in range(len(lo))], dtype=bool), hi, lo) for k in range(2 ** len(lo))]
-    return [np.tile(u, (batch, 1)) for u in picks + [0.5 * (lo + hi)]]
+    points = vertices_and_centre(problem.u_lo, problem.u_hi)
+    return [np.tile(u, (batch, 1)) for u in (points if problem.m else points[:1])]
 
 
 def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,

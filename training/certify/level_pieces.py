@@ -37,15 +37,13 @@ box where an LP per piece finds 10 to 85 real regions.
 """
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 
 from compiler.bounds_pieces import pieces
 from compiler.interval import Interval, gamma
 from compiler.passes import canonicalize
 
-from .centred import best_vertex
+from .centred import best_vertex, vertices_and_centre
 from .patterns import header_tangent_rounding, preactivation_enclosures
 from .terms import PlantTerms, take_rows
 
@@ -135,8 +133,7 @@ def _common_input_row(rows: "_RowParts", owner: np.ndarray, boxes: int, loss_g: 
     rows, owner, loss_g, h_c, eps, r = rows.take(open_), owner[open_], loss_g[open_], h_c[open_], eps[open_], r[open_]
     tried = [first[open_], np.tile(0.5 * (u_lo + u_hi), (len(owner), 1))]
     if m <= MAX_VERTEX_INPUTS:
-        tried += [np.tile(np.where(np.array(bits, dtype=bool), u_hi, u_lo), (len(owner), 1))
-                  for bits in itertools.product((0, 1), repeat=m)]
+        tried += [np.tile(u, (len(owner), 1)) for u in vertices_and_centre(u_lo, u_hi)[:-1]]
     values = rows.bounds(tried, loss_g, h_c, eps, r)                                      # (P, K)
     reopened = np.zeros(boxes, dtype=bool)
     reopened[owner] = True

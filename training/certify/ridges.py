@@ -25,6 +25,7 @@ import itertools
 
 import numpy as np
 
+from .centred import vertices_and_centre
 from .patterns import PieceMaps, supported
 from .problem import Problem
 
@@ -132,7 +133,7 @@ def ridge_rate(problem: Problem, x: np.ndarray, own: np.ndarray) -> np.ndarray:
     f, G = problem.system.f(x), problem.system.G(x).reshape(len(x), problem.n, problem.m)
     drift, gains = np.einsum("pn,pn->p", grads, f[owner]), np.einsum("pn,pnm->pm", grads, G[owner])
     served = np.full(len(x), -np.inf)                               # the best tried input's least row
-    for u in _inputs(problem.u_lo, problem.u_hi):
+    for u in vertices_and_centre(problem.u_lo, problem.u_hi):
         least = np.full(len(x), np.inf)
         np.minimum.at(least, owner, drift + gains @ u)
         served = np.maximum(served, least)
@@ -141,13 +142,6 @@ def ridge_rate(problem: Problem, x: np.ndarray, own: np.ndarray) -> np.ndarray:
         rows = owner == i
         out[i] = min(own[i], common_input_value(drift[rows], gains[rows], problem.u_lo, problem.u_hi))
     return out
-
-
-def _inputs(u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
-    """(2^m + 1, m): every vertex of the input box, and its centre."""
-    u_lo, u_hi = np.asarray(u_lo, float), np.asarray(u_hi, float)
-    vertices = [np.where(np.array(bits, dtype=bool), u_hi, u_lo) for bits in itertools.product((0, 1), repeat=len(u_lo))]
-    return np.array(vertices + [0.5 * (u_lo + u_hi)]).reshape(len(vertices) + 1, len(u_lo))
 
 
 def common_input_value(drift: np.ndarray, gains: np.ndarray, u_lo: np.ndarray, u_hi: np.ndarray) -> float:
