@@ -69,6 +69,7 @@ class Pieces:
     branched: np.ndarray       # (P, hidden) True where the neuron was unstable in the box
     enumerated: np.ndarray     # (B,) False where the box had more than max_unstable unstable neurons
     unstable: np.ndarray       # (B,) unstable neurons met (the largest count along any branch)
+    cuts: "RegionCuts | None" = None   # the piece's region, where asked for (``pieces(..., cuts=True)``)
 
     @property
     def g_interval(self) -> Interval:
@@ -81,6 +82,43 @@ class Pieces:
     def value(self, x: np.ndarray) -> Interval:
         """h_S(x) for each piece at the state x[p] (P, n), rigorously (an Interval (P,))."""
         return (self.g_interval * as_interval(x)).sum(axis=1) + self.c_interval
+
+
+@dataclass
+class RegionCuts:
+    """The region of each piece in its box, as the branched neurons' pre-activations: on piece p,
+    slot k holds z = A x + c (the real A, c within eA, ec) with lo - slack <= z <= hi + slack
+    (``slack``: the ``widen`` of ``pieces``, so the states where a computation within it takes the
+    pattern are inside too).  Unused slots have A = 0, c = 0, lo = -inf, hi = +inf."""
+    A: np.ndarray              # (P, K, n)
+    c: np.ndarray              # (P, K)
+    eA: np.ndarray             # (P, K, n)
+    ec: np.ndarray             # (P, K)
+    slack: np.ndarray          # (P, K)
+    lo: np.ndarray             # (P, K)
+    hi: np.ndarray             # (P, K)
+
+
+def _empty_cuts(count: int, slots: int, n: int) -> RegionCuts:
+    zeros = np.zeros((count, slots))
+    return RegionCuts(np.zeros((count, slots, n)), zeros.copy(), np.zeros((count, slots, n)), zeros.copy(),
+                      zeros.copy(), np.full((count, slots), -np.inf), np.full((count, slots), np.inf))
+
+
+def _add_cuts(cuts: RegionCuts, parent: np.ndarray, region: np.ndarray, split: np.ndarray, filled: np.ndarray,
+              A, c, eA, ec, slack, kinks: np.ndarray) -> RegionCuts:
+    """The children's cuts: the parents' and, in the next free slots, each neuron branched here
+    (``split`` (children, w)) bounded to its region's kinks."""
+    cuts = RegionCuts(*(getattr(cuts, name)[parent] for name in RegionCuts.__dataclass_fields__))
+    child, neuron = np.nonzero(split)
+    slot = filled[child] + (np.cumsum(split, axis=1) - 1)[child, neuron]
+    r = region[child, neuron]
+    bounds = np.concatenate([[-np.inf], kinks, [np.inf]])
+    cuts.A[child, slot], cuts.eA[child, slot] = A[parent[child], neuron], eA[parent[child], neuron]
+    cuts.c[child, slot], cuts.ec[child, slot] = c[parent[child], neuron], ec[parent[child], neuron]
+    cuts.slack[child, slot] = slack[child, neuron]
+    cuts.lo[child, slot], cuts.hi[child, slot] = bounds[r], bounds[r + 1]
+    return cuts
 
 
 def _affine_bounds(A, c, eA, ec, xc, xr):
@@ -108,7 +146,7 @@ def _expand(first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 
 def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
-           clamp: list | None = None) -> Pieces:
+           clamp: list | None = None, cuts: bool = False) -> Pieces:
     """Every activation pattern that may occur in each box, as exact affine pieces.
 
     ``widen`` (per activation layer, (B, width) >= 0): slack added to each piece's bound on the
@@ -117,7 +155,8 @@ def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
     its pre-activations lie within its error bound of the piece's, ``training/certify/level_pieces``).
     ``clamp`` (per activation layer, (lo, hi) each (B, width)): an enclosure every such computation
     lies in over the box (interval or zonotope bounds, so widened too); the piece's bound is
-    intersected with it, and a piece whose bound becomes empty is dropped."""
+    intersected with it, and a piece whose bound becomes empty is dropped.  ``cuts``: also
+    return each piece's region (``RegionCuts``), for bounds restricted to it."""
     validate(model, canonical=True)
     if model.embedding is not None:
         from .bounds import UnsupportedActivationError
@@ -140,6 +179,7 @@ def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
     counts = np.zeros(batch, dtype=np.int64)
     unstable = np.zeros(batch, dtype=np.int64)
     enumerated = np.ones(batch, dtype=bool)
+    region_cuts = _empty_cuts(batch, max_unstable, n) if cuts else None
     dense_layers = [layer for layer in layers if isinstance(layer, Dense)]
     for layer_no, (act_regions, dense) in enumerate(zip(regions, dense_layers[1:])):
         xc, xr = xc_all[box_index], xr_all[box_index]
@@ -152,14 +192,22 @@ def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
             z_hi = np.minimum(z_hi, clamp[layer_no][1][box_index])
         first, last = act_regions.span(z_lo, z_hi)
         last = np.where(z_lo > z_hi, first - 1, last)             # an empty bound: no region, the piece goes
+        filled = counts
         counts = counts + np.sum(last > first, axis=1)
         np.maximum.at(unstable, box_index, counts)
         enumerated &= unstable <= max_unstable
         keep = enumerated[box_index]
         if not np.all(keep):
-            box_index, A, c, eA, ec, first, last, counts = (v[keep] for v in (box_index, A, c, eA, ec, first, last, counts))
+            box_index, A, c, eA, ec, first, last, counts, filled = (
+                v[keep] for v in (box_index, A, c, eA, ec, first, last, counts, filled))
             pattern, branched = pattern[keep], branched[keep]
+            if cuts:
+                region_cuts = RegionCuts(*(getattr(region_cuts, f)[keep] for f in RegionCuts.__dataclass_fields__))
         parent, region = _expand(first, last)
+        if cuts:
+            slack = np.zeros_like(c) if widen is None else widen[layer_no][box_index]
+            region_cuts = _add_cuts(region_cuts, parent, region, (last > first)[parent], filled[parent], A, c, eA, ec,
+                                    slack[parent], act_regions.kinks)
         slope, offset = act_regions.slopes[region], act_regions.offsets[region]
         box_index, counts = box_index[parent], counts[parent]
         pattern = np.concatenate([pattern[parent], region.astype(np.int8)], axis=1)
@@ -175,4 +223,4 @@ def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
         eA = (absW @ (eAy + g * np.abs(Ay))) * _UP
         ec = (ecy @ absW.T + g * (np.abs(cy) @ absW.T + np.abs(dense.bias))) * _UP
     return Pieces(box_index, A[:, 0, :], c[:, 0], eA[:, 0, :] * _UP + 1e-300, ec[:, 0] * _UP + 1e-300,
-                  pattern, branched, enumerated, unstable)
+                  pattern, branched, enumerated, unstable, region_cuts)

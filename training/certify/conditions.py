@@ -62,6 +62,7 @@ from .sampled import admissible_slices, level_drop, min_over_admissible, row_rou
 from .centred import best_vertex, centred_row, vertices_and_centre
 from .level_pieces import level_piece_row
 from .patterns import supported
+from .piece_containment import piece_containment
 from .containment import traded_containment
 from .faces import best_common_input
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
@@ -139,6 +140,7 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     if len(failing):
         rounding_h = None if t32.rounding is None else np.asarray(t32.rounding.h)[failing]
         cont[failing] = np.maximum(cont[failing], traded_containment(problem, box[failing], rounding_h))
+        cont = _piece_containment(problem, box, cont)
 
     a32, b32 = constraint_row(t32, problem)
     if problem.condition == "boundary":
@@ -319,6 +321,17 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos,
                       "initial": _initial(problem, box, t32)},
                      meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
+
+
+def _piece_containment(problem: Problem, box: Interval, cont: np.ndarray) -> np.ndarray:
+    """The containment score of a ReLU network, raised piece by piece (``piece_containment.py``)
+    on the boxes where the other bounds fail."""
+    idx = np.flatnonzero(np.isfinite(cont) & (cont < 0))
+    if not len(idx) or not supported(problem.model):
+        return cont
+    out = cont.copy()
+    out[idx] = np.maximum(cont[idx], piece_containment(problem, box[idx]))
+    return out
 
 
 def _level_piece_row(problem: Problem, box: Interval, feas: np.ndarray) -> np.ndarray:

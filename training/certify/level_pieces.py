@@ -44,6 +44,7 @@ from compiler.interval import Interval, gamma
 from compiler.passes import canonicalize
 
 from .centred import best_vertex, vertices_and_centre
+from . import region_dual
 from .patterns import header_tangent_rounding, preactivation_enclosures
 from .terms import PlantTerms, take_rows
 
@@ -86,11 +87,12 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     box, centre, plant, e_h = box[few], take_rows(centre, few), take_rows(plant, few), e_h[few]
     enclosures = [(lo[few], hi[few]) for lo, hi in enclosures]
     errors, active, unstable = [e[few] for e in errors], [a[few] for a in active], [u[few] for u in unstable]
-    found = pieces(model, box, max_unstable, widen=errors, clamp=enclosures)
+    found = pieces(model, box, max_unstable, widen=errors, clamp=enclosures, cuts=True)
     e_t = header_tangent_rounding(model, active, unstable, box.shape[0])
     b = found.box_index
     g, g_err = found.g, found.g_err
     xc, r = np.clip(box.mid, box.lo, box.hi)[b], box.rad[b]          # the centre conditions.py takes the plant at
+    cut_a, cut_b = region_dual.region_rows(found.cuts, xc, r)
     # h_S(xc + d) = g . d + h_c + delta, |delta| <= the rounding of g, c and of h_c's own sum
     h_c = np.einsum("pi,pi->p", g, xc) + found.c
     delta = (gamma(g.shape[1] + 1) * (np.einsum("pi,pi->p", np.abs(g), np.abs(xc)) + np.abs(found.c))
@@ -103,13 +105,13 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
     shared = np.bincount(b[meets], minlength=box.shape[0]) > 1          # a ridge may cross {h = 0} here
     alone = np.flatnonzero(meets & ~shared[b])
     if len(alone):                      # one piece meets the slab: its own best input
-        rows = _RowParts(g[alone], centre, plant, b[alone])
+        rows = _RowParts(g[alone], centre, plant, b[alone], (cut_a[alone], cut_b[alone]))
         best = rows.bounds([best_vertex(gains.mid, u_lo, u_hi) for gains in (rows.G_c, rows.G_B)], loss_g[alone],
                            h_c[alone], eps[alone], r[alone]).max(axis=1)
         np.minimum.at(least, b[alone], best)
     together = np.flatnonzero(meets & shared[b])
     if len(together):                   # one input for every piece that meets the slab (the Clarke form)
-        least[shared] = _common_input_row(_RowParts(g[together], centre, plant, b[together]), b[together],
+        least[shared] = _common_input_row(_RowParts(g[together], centre, plant, b[together], (cut_a[together], cut_b[together])), b[together],
                                           box.shape[0], loss_g[together], h_c[together], eps[together],
                                           r[together], u_lo, u_hi)[shared]
     score[few] = np.where(found.enumerated, least, -np.inf)
@@ -186,20 +188,24 @@ class _RowParts:
     """The input-free parts of each piece's row g . F_u, so each candidate input costs (P, n):
     g . f and g^T G at the box's centre and over the box, and s = g^T J_f, g^T J_gk over it."""
 
-    def __init__(self, g: np.ndarray, centre: PlantTerms, plant: PlantTerms, b: np.ndarray):
+    def __init__(self, g: np.ndarray, centre: PlantTerms, plant: PlantTerms, b: np.ndarray,
+                 cuts: tuple[np.ndarray, np.ndarray] | None = None):
         gp = Interval.point(g)
         self.f_c, self.G_c = (gp * centre.f[b]).sum(-1), (gp[:, :, None] * centre.G[b]).sum(1)      # (P,), (P, m)
         self.f_B, self.G_B = (gp * plant.f[b]).sum(-1), (gp[:, :, None] * plant.G[b]).sum(1)
         self.s_f = (gp[:, :, None] * plant.Jf[b]).sum(1)                                         # (P, n)
         self.s_G = (gp[:, None, :, None] * plant.JG[b]).sum(2)                                   # (P, m, n)
+        self.input_free = bool(np.all(plant.JG.lo == 0) and np.all(plant.JG.hi == 0))   # G constant: s is u-free
         self.F_f, self.F_G = plant.f[b], plant.G[b]
         self.g = g
+        self.cut_a, self.cut_b = cuts if cuts is not None else (None, None)     # the region's a . d + b >= 0
+        self.dual = self.spread_s = self.s_mid = self.lam = self.tightened = None    # the slab's dual (``bounds``)
 
     def take(self, idx: np.ndarray) -> "_RowParts":
         """The same parts for the pieces ``idx`` only."""
         out = object.__new__(_RowParts)
         for name, value in vars(self).items():
-            setattr(out, name, value[idx])
+            setattr(out, name, value if value is None or isinstance(value, bool) else value[idx])
         return out
 
     def bound(self, u: np.ndarray, g_loss: np.ndarray, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray) -> np.ndarray:
@@ -209,28 +215,52 @@ class _RowParts:
 
     def bounds(self, inputs: list[np.ndarray], g_loss: np.ndarray, h_c: np.ndarray, eps: np.ndarray,
                r: np.ndarray) -> np.ndarray:
-        """(P, K) ``bound`` at each of K inputs (P, m).  Where G is constant (J_G = 0: the
-        spacecraft, hi-ord8) the slab's dual term does not depend on u and is computed once."""
-        input_free = bool(np.all(self.s_G.lo == 0) and np.all(self.s_G.hi == 0))
-        out, dual = [], None
-        for u in inputs:
-            u_iv = Interval.point(u)
-            if dual is None or not input_free:
-                dual, spread_s = self._slab_dual(self.s_f + (self.s_G * u_iv[:, :, None]).sum(1), h_c, eps, r)
-            F_mag = (self.F_f + (self.F_G * u_iv[:, None, :]).sum(-1)).mag
-            with np.errstate(invalid="ignore", over="ignore"):
-                rounding = np.einsum("pi,pi->p", g_loss, F_mag) * _UP
-                at_centre = (self.f_c + (self.G_c * u_iv).sum(-1)).lo
-                whole_box = (self.f_B + (self.G_B * u_iv).sum(-1)).lo
-                spread = (spread_s + rounding) * _UP
-                slab = np.nextafter(np.nextafter(at_centre + dual, -np.inf) - spread, -np.inf)
-                box_wide = np.nextafter(whole_box - rounding, -np.inf)
-            value = np.fmax(slab, box_wide)
-            out.append(np.where(np.isnan(value), -np.inf, value))
-        return np.stack(out, axis=1)
+        """(P, K) ``bound`` at each of K inputs (P, m).  A piece whose bound is < 0 at some input
+        has its slab dual raised by its region's cuts (``region_dual.py``).  Where G is constant
+        (J_G = 0: the spacecraft, hi-ord8) the dual does not depend on u: it is computed once,
+        and kept (``take`` carries it) for later calls."""
+        if self.input_free:
+            return self._bounds(inputs, inputs[0], g_loss, h_c, eps, r, reuse=True)
+        return np.concatenate([self._bounds([u], u, g_loss, h_c, eps, r, reuse=False) for u in inputs], axis=1)
 
-    def _slab_dual(self, s: Interval, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(the best multiplier's term over the breakpoints, s_rad . r) for the slope s = g^T J_u(B)."""
+    def _bounds(self, inputs: list[np.ndarray], u_dual: np.ndarray, g_loss: np.ndarray, h_c: np.ndarray,
+                eps: np.ndarray, r: np.ndarray, reuse: bool) -> np.ndarray:
+        """``bounds`` with the slab's dual taken at the input u_dual, or (``reuse``) the one the
+        last call left."""
+        if self.dual is None or not reuse:
+            s = self.s_f + (self.s_G * Interval.point(u_dual)[:, :, None]).sum(1)
+            self.dual, self.spread_s, self.s_mid, self.lam = self._slab_dual(s, h_c, eps, r)
+            self.tightened = np.zeros(len(self.dual), dtype=bool)
+        parts = [self._input_parts(u, g_loss) for u in inputs]
+        values = np.stack([self._value(*part) for part in parts], axis=1)
+        weak = np.flatnonzero(np.any(values < 0, axis=1) & ~self.tightened)
+        if self.cut_a is not None and len(weak):
+            args = (self.s_mid[weak], self.g[weak], h_c[weak], eps[weak], self.cut_a[weak], self.cut_b[weak], r[weak])
+            raised = region_dual.value(region_dual.ascend(*args, self.lam[weak]), *args)
+            self.dual[weak] = np.fmax(self.dual[weak], raised)
+            self.tightened[weak] = True
+            values = np.stack([self._value(*part) for part in parts], axis=1)
+        return np.where(np.isnan(values), -np.inf, values)
+
+    def _input_parts(self, u: np.ndarray, g_loss: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(g . F_u at the box's centre, rounded down; the slab bound's spread; the whole box's bound) at u."""
+        u_iv = Interval.point(u)
+        F_mag = (self.F_f + (self.F_G * u_iv[:, None, :]).sum(-1)).mag
+        with np.errstate(invalid="ignore", over="ignore"):
+            rounding = np.einsum("pi,pi->p", g_loss, F_mag) * _UP
+            at_centre = (self.f_c + (self.G_c * u_iv).sum(-1)).lo
+            whole_box = (self.f_B + (self.G_B * u_iv).sum(-1)).lo
+            return at_centre, (self.spread_s + rounding) * _UP, np.nextafter(whole_box - rounding, -np.inf)
+
+    def _value(self, at_centre: np.ndarray, spread: np.ndarray, box_wide: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore", over="ignore"):
+            slab = np.nextafter(np.nextafter(at_centre + self.dual, -np.inf) - spread, -np.inf)
+            return np.fmax(slab, box_wide)
+
+    def _slab_dual(self, s: Interval, h_c: np.ndarray, eps: np.ndarray, r: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(the best multiplier's term over the breakpoints, s_rad . r, s_mid, that multiplier)
+        for the slope s = g^T J_u(B)."""
         g = self.g
         s_mid = np.clip(s.mid, s.lo, s.hi)
         s_rad = np.nextafter(np.maximum(s.hi - s_mid, s_mid - s.lo), np.inf)
@@ -244,5 +274,7 @@ class _RowParts:
             lam_g = np.abs(lam[:, :, None] * g[:, None, :])
             slope_up = np.abs(slope) + 2 * _U * (np.abs(s_mid)[:, None, :] + 2 * lam_g)
             cost = (np.abs(lam) * eps[:, None] + np.einsum("pki,pi->pk", slope_up, r)) * _UP * _UP
-            dual = np.nextafter(lam_h - cost, -np.inf).max(axis=1)
-            return dual, np.einsum("pi,pi->p", s_rad, r)
+            dual = np.nextafter(lam_h - cost, -np.inf)
+            best = np.argmax(dual, axis=1)
+            rows = np.arange(len(g))
+            return dual[rows, best], np.einsum("pi,pi->p", s_rad, r), s_mid, lam[rows, best]
