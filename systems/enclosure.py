@@ -150,7 +150,8 @@ class PlantEnclosure:
     f(xs): n entries; G(xs): n rows of m; jac_f(xs): n x n (d f_i / d x_k);
     jac_G(xs): m matrices n x n (d G[i][j] / d x_k for input j); constraint(xs): one value;
     constraint_grad(xs): n entries (d constraint / d x_k), None where the namespace cannot bound
-    them (a constraint built from min and max: its derivative jumps).
+    them (a constraint built from min and max: its derivative jumps); constraint_hess(xs): n x n
+    (d2 constraint / d x_j d x_k), None likewise.
     """
 
     name: str
@@ -165,6 +166,7 @@ class PlantEnclosure:
     u_max: np.ndarray
     domain: tuple[np.ndarray, np.ndarray]
     constraint_grad: Callable[[Sequence[Any]], list[Any]] | None = None
+    constraint_hess: Callable[[Sequence[Any]], list[list[Any]]] | None = None
 
 
 def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -> PlantEnclosure:
@@ -181,6 +183,10 @@ def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -
         constraint_grad = field([sp.diff(system.constraint_expr, xi) for xi in x], (n,), "constraint_grad")
     except UnsupportedExpressionError:
         constraint_grad = None
+    try:
+        constraint_hess = field(list(sp.hessian(system.constraint_expr, x)), (n, n), "constraint_hess")
+    except UnsupportedExpressionError:
+        constraint_hess = None
     return PlantEnclosure(
         name=system.name, n=n, m=m,
         f=field(list(system.f_expr), (n,), "f"),
@@ -189,4 +195,5 @@ def plant_enclosure(system: ControlAffineSystem, namespace: Mapping[str, Any]) -
         jac_G=field(jac_G_flat, (m, n, n), "jac_G"),
         constraint=field([system.constraint_expr], (), "constraint"),
         u_min=system.u_min, u_max=system.u_max, domain=system.domain, constraint_grad=constraint_grad,
+        constraint_hess=constraint_hess,
     )

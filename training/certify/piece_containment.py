@@ -70,9 +70,11 @@ def _chunk(problem: Problem, model, box: Interval, max_unstable: int) -> np.ndar
     weak = np.flatnonzero(score < 0)
     if len(weak):
         a, rhs = region_dual.region_rows(found.cuts, xc, r)
-        ball_a, ball_b = _constraint_row(problem, box)
-        a = np.concatenate([a[weak], ball_a[b[weak], None, :]], axis=1)
-        rhs = np.concatenate([rhs[weak], ball_b[b[weak], None]], axis=1)
+        ball_a, ball_b = _constraint_rows(problem, box)
+        # the constraint's rows first: coordinate ascent raises them before the cuts (93% of 30 failing boxes
+        # of the spacecraft student proven against 73% the other way round; scipy's LP: 97%)
+        a = np.concatenate([ball_a[b[weak]], a[weak]], axis=1)
+        rhs = np.concatenate([ball_b[b[weak]], rhs[weak]], axis=1)
         zero = np.zeros(len(weak))
         args = (-g[weak], np.zeros_like(g[weak]), zero, zero, a, rhs, r[weak])
         least = region_dual.value(region_dual.ascend(*args, zero), *args)     # <= min of -g . d
@@ -85,18 +87,93 @@ def _chunk(problem: Problem, model, box: Interval, max_unstable: int) -> np.ndar
     return np.where(found.enumerated, out, -np.inf)
 
 
-def _constraint_row(problem: Problem, box: Interval) -> tuple[np.ndarray, np.ndarray]:
-    """(a (B, n), b (B,)): every state of each box where c < 0 has a . (x - x_c) + b >= 0."""
-    batch, n = box.shape
-    centre = np.clip(box.mid, box.lo, box.hi)
-    radius = np.nextafter(np.maximum(box.hi - centre, centre - box.lo), np.inf)
-    c_at = _entry(problem.plant.constraint([Interval.point(centre[:, i]) for i in range(n)]), batch)
-    grad = [_entry(gi, batch) for gi in problem.plant.constraint_grad([box[:, i] for i in range(n)])]
-    g_lo, g_hi = np.stack([gi.lo for gi in grad], axis=1), np.stack([gi.hi for gi in grad], axis=1)
-    g_mid = np.clip(0.5 * (g_lo + g_hi), g_lo, g_hi)
-    g_rad = np.nextafter(np.maximum(g_hi - g_mid, g_mid - g_lo), np.inf)
+def _constraint_rows(problem: Problem, box: Interval) -> tuple[np.ndarray, np.ndarray]:
+    """(a (B, R, n), b (B, R)): every state of each box where c < 0 has a_k . (x - x_c) + b_k >= 0
+    for each of R rows: the mean-value form about the box's centre and, where the plant bounds
+    c's Hessian, the second-order form about a point x0 near {c = 0} (``_tangent_row``)."""
+    rows = [_mean_value_row(problem, box)]
+    if problem.plant.constraint_hess is not None:
+        centre, _ = _centre(box)
+        rows += [_tangent_row(problem, box, start) for start in (centre, _least_point(problem, box))]
+    return np.stack([a for a, _ in rows], axis=1), np.stack([b for _, b in rows], axis=1)
+
+
+def _mean_value_row(problem: Problem, box: Interval) -> tuple[np.ndarray, np.ndarray]:
+    """c(x) >= c_lo(x_c) + gmid . d - grad_rad . r, grad c's enclosure over the box."""
+    centre, radius = _centre(box)
+    g_mid, g_rad = _mid_rad(_grad(problem, box))
+    c_at = _value(problem, centre)
     with np.errstate(invalid="ignore", over="ignore"):
         spread = np.einsum("bi,bi->b", g_rad, radius) * _UP
         b = np.nextafter(spread - c_at.lo + 4 * _U * (spread + np.abs(c_at.lo)), np.inf)
-    b = np.where(np.isnan(b), np.inf, b)
-    return -g_mid, b
+    return -g_mid, np.where(np.isnan(b), np.inf, b)
+
+
+def _least_point(problem: Problem, box: Interval, steps: int = 5) -> np.ndarray:
+    """(B, n) a state of each box where c is low: projected gradient steps from the centre,
+    of length 1 / (a Gershgorin bound of c's curvature over the box)."""
+    batch, n = box.shape
+    H = problem.plant.constraint_hess([box[:, i] for i in range(n)])
+    curvature = np.max([sum(np.maximum(np.abs(_entry(H[i][j], batch).lo), np.abs(_entry(H[i][j], batch).hi))
+                            for j in range(n)) for i in range(n)], axis=0)
+    x = _centre(box)[0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = np.where(curvature > 0, 1.0 / curvature, 0.0)[:, None]
+    for _ in range(steps):
+        x = np.clip(x - rate * _mid_rad(_grad(problem, Interval.point(x)))[0], box.lo, box.hi)
+    return np.where(np.isfinite(x), x, _centre(box)[0])
+
+
+def _tangent_row(problem: Problem, box: Interval, start: np.ndarray, steps: int = 3) -> tuple[np.ndarray, np.ndarray]:
+    """c(x) >= c(x0) + grad c(x0) . (x - x0) - Q, Q bounding the second-order term from below
+    by the Hessian's enclosure over the hull of the box and x0 (Q = 0 where c is convex with a
+    diagonal Hessian, as a keep-out ball).  x0: Newton steps from ``start`` towards {c = 0}, so
+    the row is the ball's tangent plane facing that state, which cuts far more than the
+    mean-value form on a box wide in a direction c curves in."""
+    batch, n = box.shape
+    centre, _ = _centre(box)
+    x0 = start.copy()
+    for _ in range(steps):
+        c0, g0 = _value(problem, x0).mid, _mid_rad(_grad(problem, Interval.point(x0)))[0]
+        norm2 = np.einsum("bi,bi->b", g0, g0)
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            step = np.where((norm2 > 0)[:, None], (c0 / np.where(norm2 > 0, norm2, 1.0))[:, None] * g0, 0.0)
+        x0 = np.where(np.isfinite(step), x0 - step, x0)
+    hull = Interval(np.minimum(box.lo, x0), np.maximum(box.hi, x0))
+    reach = np.nextafter(np.maximum(np.abs(box.lo - x0), np.abs(box.hi - x0)), np.inf)     # >= |x - x0| on the box
+    H = problem.plant.constraint_hess([hull[:, i] for i in range(n)])
+    H_lo = np.stack([np.stack([_entry(H[i][j], batch).lo for j in range(n)], axis=1) for i in range(n)], axis=1)
+    H_hi = np.stack([np.stack([_entry(H[i][j], batch).hi for j in range(n)], axis=1) for i in range(n)], axis=1)
+    off = np.maximum(np.abs(H_lo), np.abs(H_hi)) * (1 - np.eye(n))
+    curve = np.maximum(-np.einsum("bii->bi", H_lo), 0.0)
+    with np.errstate(invalid="ignore", over="ignore"):
+        Q = 0.5 * (np.einsum("bi,bi->b", curve, reach * reach) + np.einsum("bi,bij,bj->b", reach, off, reach))
+        Q = Q * (1 + 4 * _U) * _UP
+        g_mid, g_rad = _mid_rad(_grad(problem, Interval.point(x0)))
+        c0 = _value(problem, x0).lo
+        shift = centre - x0                                         # d = x - x_c, x - x0 = d + shift
+        t = np.einsum("bi,bi->b", g_mid, shift)
+        t_err = gamma(n + 2) * np.einsum("bi,bi->b", np.abs(g_mid), np.abs(shift))
+        spread = (np.einsum("bi,bi->b", g_rad, reach) + Q + t_err) * _UP
+        b = -c0 - t + spread
+        b = np.nextafter(b + 4 * _U * (np.abs(c0) + np.abs(t) + spread), np.inf)
+    return -g_mid, np.where(np.isnan(b), np.inf, b)
+
+
+def _centre(box: Interval) -> tuple[np.ndarray, np.ndarray]:
+    centre = np.clip(box.mid, box.lo, box.hi)
+    return centre, np.nextafter(np.maximum(box.hi - centre, centre - box.lo), np.inf)
+
+
+def _value(problem: Problem, x: np.ndarray) -> Interval:
+    return _entry(problem.plant.constraint([Interval.point(x[:, i]) for i in range(x.shape[1])]), x.shape[0])
+
+
+def _grad(problem: Problem, box: Interval) -> list[Interval]:
+    return [_entry(gi, box.shape[0]) for gi in problem.plant.constraint_grad([box[:, i] for i in range(box.shape[1])])]
+
+
+def _mid_rad(entries: list[Interval]) -> tuple[np.ndarray, np.ndarray]:
+    lo, hi = np.stack([e.lo for e in entries], axis=1), np.stack([e.hi for e in entries], axis=1)
+    mid = np.clip(0.5 * (lo + hi), lo, hi)
+    return mid, np.nextafter(np.maximum(hi - mid, mid - lo), np.inf)
