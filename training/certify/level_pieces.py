@@ -235,9 +235,10 @@ class _RowParts:
         values = np.stack([self._value(*part) for part in parts], axis=1)
         weak = np.flatnonzero(np.any(values < 0, axis=1) & ~self.tightened)
         if self.cut_a is not None and len(weak):
-            args = (self.s_mid[weak], self.g[weak], h_c[weak], eps[weak], self.cut_a[weak], self.cut_b[weak], r[weak])
-            raised = region_dual.value(region_dual.ascend(*args, self.lam[weak]), *args)
-            self.dual[weak] = np.fmax(self.dual[weak], raised)
+            need = np.max([spread - at_centre for at_centre, spread, _ in parts], axis=0)[weak]
+            self.dual[weak] = np.fmax(self.dual[weak], region_dual.raised(
+                self.s_mid[weak], self.g[weak], h_c[weak], eps[weak], self.cut_a[weak], self.cut_b[weak], r[weak],
+                self.lam[weak], need))
             self.tightened[weak] = True
             values = np.stack([self._value(*part) for part in parts], axis=1)
         return np.where(np.isnan(values), -np.inf, values)

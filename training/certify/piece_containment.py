@@ -77,7 +77,7 @@ def _chunk(problem: Problem, model, box: Interval, max_unstable: int) -> np.ndar
         rhs = np.concatenate([ball_b[b[weak]], rhs[weak]], axis=1)
         zero = np.zeros(len(weak))
         args = (-g[weak], np.zeros_like(g[weak]), zero, zero, a, rhs, r[weak])
-        least = region_dual.value(region_dual.ascend(*args, zero), *args)     # <= min of -g . d
+        least = region_dual.raised(*args, zero, h_c[weak] + eps[weak])        # <= min of -g . d
         with np.errstate(invalid="ignore", over="ignore"):
             worst = h_c[weak] + eps[weak] - least                                   # >= max h_S
             worst = np.nextafter(worst + 4 * _U * (np.abs(h_c[weak]) + eps[weak] + np.abs(least)), np.inf)

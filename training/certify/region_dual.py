@@ -54,14 +54,16 @@ def region_rows(cuts: RegionCuts, xc: np.ndarray, r: np.ndarray) -> tuple[np.nda
 
 
 def ascend(s: np.ndarray, g: np.ndarray, h_c: np.ndarray, eps: np.ndarray, a: np.ndarray, b: np.ndarray,
-           r: np.ndarray, lam: np.ndarray, sweeps: int = SWEEPS) -> np.ndarray:
-    """(P, 1 + K) multipliers (lam, mu) raising D (module docstring), from (lam, 0)."""
+           r: np.ndarray, lam: np.ndarray, sweeps: int = SWEEPS, mu: np.ndarray | None = None) -> np.ndarray:
+    """(P, 1 + K) multipliers (lam, mu) raising D (module docstring), from (lam, mu) (mu: 0 unless given)."""
     P, K, _ = a.shape
     M = np.concatenate([g[:, None, :], -a], axis=1)             # (P, 1 + K, n): v = s + sum_j y_j M_j
     linear = np.concatenate([h_c[:, None], -b], axis=1)          # (P, 1 + K)
     y = np.zeros((P, K + 1))
     y[:, 0] = lam
-    v = s + lam[:, None] * g
+    if mu is not None:
+        y[:, 1:] = mu
+    v = s + np.einsum("pk,pki->pi", y, M)
     rows = np.arange(P)
     for _ in range(sweeps):
         for j in range(K + 1):
@@ -85,6 +87,36 @@ def ascend(s: np.ndarray, g: np.ndarray, h_c: np.ndarray, eps: np.ndarray, a: np
             v = rest + t[:, None] * m
             y[:, j] = t
     return y
+
+
+def raised(s: np.ndarray, g: np.ndarray, h_c: np.ndarray, eps: np.ndarray, a: np.ndarray, b: np.ndarray,
+           r: np.ndarray, lam: np.ndarray, need: np.ndarray) -> np.ndarray:
+    """(P,) a lower bound of min s . d over each piece's cuts, slab and box: D at the ascent's
+    multipliers from (lam, 0), and where that stays below ``need`` (what the caller's condition
+    asks of it), at ``emptiness``'s too."""
+    args = (s, g, h_c, eps, a, b, r)
+    bound = value(ascend(*args, lam), *args)
+    short = np.flatnonzero(bound < need)
+    if len(short):
+        sub = tuple(v[short] for v in args)
+        bound[short] = np.fmax(bound[short], value(emptiness(*sub[1:]), *sub))
+    return bound
+
+
+def emptiness(g: np.ndarray, h_c: np.ndarray, eps: np.ndarray, a: np.ndarray, b: np.ndarray, r: np.ndarray,
+              sweeps: int = SWEEPS) -> np.ndarray:
+    """(P, 1 + K) multipliers FAR * y where D's homogeneous part (s = 0) is positive at y, so the
+    piece's cuts, slab and box have no common state and D grows without end along y; zero
+    elsewhere.  The ascent from (0, 0) moves one multiplier at a time and misses emptiness that
+    only a combination of cuts shows (x1 >= 0.5 and x1 <= -0.5): this one starts from every cut
+    weighted alike (1 / (|a_k| . r)), where such a combination is often positive already."""
+    P, K, n = a.shape
+    scale = np.einsum("pki,pi->pk", np.abs(a), r)
+    mu = np.where(scale > 0, 1.0 / np.where(scale > 0, scale, 1.0), 0.0)
+    zero = np.zeros((P, n))
+    y = ascend(zero, g, h_c, eps, a, b, r, np.zeros(P), sweeps, mu)
+    empty = value(y, zero, g, h_c, eps, a, b, r) > 0
+    return np.where(empty[:, None], FAR * y / np.maximum(np.abs(y).max(axis=1, keepdims=True), 1e-300), 0.0)
 
 
 def value(y: np.ndarray, s: np.ndarray, g: np.ndarray, h_c: np.ndarray, eps: np.ndarray, a: np.ndarray,
