@@ -102,3 +102,36 @@ def test_the_tune_lifts_the_student_onto_the_initial_set():
     grid = torch.tensor(np.stack(np.meshgrid(np.linspace(0, 1, 41), np.linspace(1, 2, 41)), -1).reshape(-1, 2))
     with torch.no_grad():
         assert float(student(grid).min()) > 0         # without the hinge: -0.01 (the teacher's strip)
+
+
+def test_the_stability_hinge_is_each_kinks_minority_side_and_moves_the_kinks_off_the_near_states():
+    """``_stability_hinge`` against numpy (per hidden neuron, the smaller of sum relu(z) and sum
+    relu(-z) over the near states, over their sum |z|; the mean over neurons, then layers), zero
+    where no state is near; and steps on it alone leave few first-layer kinks crossing a slab of
+    near states."""
+    from training.distil import _stability_hinge
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(3, 16), torch.nn.ReLU(), torch.nn.Linear(16, 8), torch.nn.ReLU(),
+                              torch.nn.Linear(8, 1)).double()
+    x = torch.rand(4000, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(1)) * 2 - 1
+    near = (x[:, 0].abs() < 0.1).double()                   # a slab, as the states near a zero level
+    with torch.no_grad():
+        z1 = net[0](x).numpy()
+        z2 = net[2](net[1](net[0](x))).numpy()
+    w = near.numpy()[:, None]
+    expected = [np.mean(np.minimum((np.maximum(z, 0) * w).sum(0), (np.maximum(-z, 0) * w).sum(0))
+                        / (np.abs(z) * w).sum(0)) for z in (z1, z2)]
+    assert float(_stability_hinge(net, x, near)) == pytest.approx(np.mean(expected), rel=1e-12)
+    assert float(_stability_hinge(net, x, torch.zeros(4000, dtype=torch.float64))) == 0.0
+
+    def crossing() -> int:
+        with torch.no_grad():
+            z = net[0](x)[near > 0]
+            return int(((z > 0).any(dim=0) & (z < 0).any(dim=0)).sum())
+    before = crossing()
+    opt = torch.optim.Adam(net.parameters(), lr=1e-2)
+    for _ in range(300):
+        opt.zero_grad()
+        _stability_hinge(net, x, near).backward()
+        opt.step()
+    assert before >= 8 and crossing() <= 2, (before, crossing())

@@ -101,6 +101,7 @@ class TrainConfig:
     distil_steps: int = 6000            # the student's fit to the teacher (then a third as many tuning)
     distil_rounds: int = 12             # counterexample rounds at most (stops after clean_checks clean ones)
     distil_time_limit: float = 30.0     # [s] per certifier call of a round
+    distil_stability: float = 0.0       # weight of the tune's hinge keeping kinks off {h = 0} (training/distil.py)
     dt_control: float = 0.0             # [s] control period certified (zero-order hold); 0: continuous
     # the filter margin's state scale [bias, w_1..w_n]: the certified filter enforces
     # a + b.u >= eps (bias + w.x) (training/margin.py); None: a constant eps
@@ -248,6 +249,7 @@ def validate(cfg: TrainConfig, system) -> None:
         _positive(cfg, name, allow_zero=True)
     _positive(cfg, "certify_time_limit")
     _positive(cfg, "distil_time_limit")
+    _positive(cfg, "distil_stability", allow_zero=True)
     if not 0 <= cfg.safe_fraction < 1:
         raise ConfigError(f"safe_fraction must be in [0, 1), got {cfg.safe_fraction}")
     if not 0 <= cfg.ce_fraction < 1:

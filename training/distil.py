@@ -122,12 +122,14 @@ def distil_relu(teacher_onnx: str | os.PathLike, system: Any, out_dir: str | os.
 class Hinges:
     """The tune's targets: the boundary row >= ``slack`` within ``band`` of the zero level,
     h <= -``clearance`` where the plant's constraint fails and, with ``gamma``, the filter's
-    condition row + gamma h >= ``condition_margin`` on the set (h >= 0)."""
+    condition row + gamma h >= ``condition_margin`` on the set (h >= 0); with ``stability``,
+    hidden pre-activations kept away from 0 near the zero level (``_stability_hinge``)."""
     slack: float = 0.1
     band: float = 0.05
     clearance: float = 0.02
     gamma: float | None = None
     condition_margin: float = 0.0
+    stability: float = 0.0       # weight of ``_stability_hinge`` (0: none)
 
 
 def distil(teacher: nn.Module, system: Any, hidden: list[int], *, activation: str = "relu",
@@ -252,11 +254,32 @@ def _tune_loss(student: nn.Module, teacher: nn.Module, system: Any, x: torch.Ten
     if start is not None:         # averaged over the states that miss it, as the row's hinge is over the band
         short = torch.relu(hinges.clearance - student(start)[:, 0])
         loss = loss + 10.0 * short.sum() / (short.detach() > 0).sum().clamp(min=1)
+    if hinges.stability:
+        loss = loss + hinges.stability * _stability_hinge(student, x, near)
     if hinges.gamma is not None:
         inside = (h_s.detach() >= 0).double()
         filter_row = torch.relu(hinges.condition_margin - rate - hinges.gamma * h_s) * inside
         loss = loss + 10.0 * filter_row.sum() / inside.sum().clamp(min=1.0)
     return loss
+
+
+def _stability_hinge(student: nn.Sequential, x: torch.Tensor, near: torch.Tensor) -> torch.Tensor:
+    """Mean over the hidden neurons of the smaller of the two sides of each neuron's kink among
+    the states near the zero level, sum of relu(z) against sum of relu(-z), over sum |z| there.
+    A kink crossing {h = 0} cuts it into more linear pieces, and the certifier's boxes there must
+    hold every piece (its enumeration stops at ``level_pieces.MAX_UNSTABLE`` unstable neurons a
+    box); the minority side's pull moves the kink off the zero level, the neuron keeps one sign
+    there, and the certifier meets fewer pieces (after the ReLU-stability idea of Xiao et al.,
+    ICLR 2019, on the states that matter here).  A hinge on |z| near 0 instead pulls both sides
+    apart, which a steeper neuron does without moving its kink."""
+    terms, y = [], x
+    weight = near[:, None]
+    for layer in student[:-1]:
+        y = layer(y)
+        if isinstance(layer, nn.Linear):
+            up, down = (torch.relu(y) * weight).sum(dim=0), (torch.relu(-y) * weight).sum(dim=0)
+            terms.append((torch.minimum(up, down) / (up + down).clamp(min=1e-12)).mean())
+    return sum(terms) / max(len(terms), 1)
 
 
 PAIR_RADIUS = 0.005        # the shared-input hinge's partner states: normal around each, this share of D's edges

@@ -55,7 +55,8 @@ def train_distilled(config: TrainConfig, system: Any, res: Any, out_dir: str | P
     reads = np.isin(np.arange(system.n), res.mask)
     student, rounds = distil(teacher.network, system, list(config.hidden),
                              activation=config.activation, lo=res.lo, hi=res.hi, reads=reads,
-                             hinges=Hinges(gamma=config.gamma, condition_margin=config.condition_margin),
+                             hinges=Hinges(gamma=config.gamma, condition_margin=config.condition_margin,
+                                            stability=config.distil_stability),
                              fit_steps=config.distil_steps, tune_steps=config.distil_steps // 3,
                              seed=config.seed, refine_rounds=config.distil_rounds,
                              refine_time=config.distil_time_limit, clean_rounds=config.clean_checks,

@@ -42,9 +42,12 @@ FALSIFY_SECONDS = 2.0
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
-CHUNK = 1024                      # boxes per chunk of a round (fixed: the worker count changes no number); a
+CHUNK = 512                       # boxes per chunk of a round (fixed: the worker count changes no number); a
 #                                   chunk's numpy costs ~50 ms whatever its size: hi-ord8's search took 11.5 s
-#                                   in chunks of 256, 6.3 s in chunks of 1,024 (in-process, profiled)
+#                                   in chunks of 256, 6.3 s in chunks of 1,024 (in-process, profiled); but a
+#                                   round of one chunk leaves the other workers idle: the trained 3 x 8
+#                                   spacecraft ReLU student with --workers auto, 9.0 s (1,024), 7.1 s (512),
+#                                   8.4 s (256)
 EAGER_LEVELS = 8                  # at most this many halvings of one box in one round (eager_levels)
 EAGER_FILL = 512                  # ... while the next round stays within this many boxes (128, 512, 1024:
 #                                   hi-ord8 4.5, 2.5, 2.3 s; OA 3-32-1 0.44, 0.30, 0.29 s; point robot 34, 29, 31 s)

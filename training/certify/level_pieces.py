@@ -28,6 +28,10 @@ Where several do, a ridge between them may cross {h = 0}, and the nonsmooth cond
 Clarke form, ``ridges.py``) asks one input for all of them: the score is the best, over
 common inputs, of the least bound over the pieces (``_common_input_row``).  On a box with more
 than ``MAX_UNSTABLE`` unstable neurons no piece is built and the score is -inf (the box is split).
+A piece whose bound is < 0 has its slab's multiplier joined by one per cut of its own region
+(``region_dual.py``): the enumeration keeps patterns no state of the slab takes, and without
+their regions those sink the box (the trained 3 x 8 spacecraft student: 28,118 boxes before,
+with piece_containment.py 4,787).
 
 Before this bound, every pattern of the unstable neurons was bounded against F over the whole
 box.  On 300 boxes 1/16 of the domain wide centred on {h = 0} of the 3 x 16 spacecraft student
@@ -165,20 +169,32 @@ def _mixed_inputs(values: np.ndarray, tried: list[np.ndarray], owner: np.ndarray
     the weights w (a point of the simplex) that maximise the least over the box's pieces of
     sum_k w_k bound_k, on the failing boxes where that reaches 0: the exact maximiser where each
     bound is affine in u (a constant G), a candidate like any other elsewhere (the bound is
-    evaluated again at it)."""
+    evaluated again at it).  One LP for all the boxes, block by block (per box: maximise t,
+    t - sum_k w_k v_pk <= 0 per piece, sum_k w_k = 1, w >= 0): one scipy call instead of one
+    per box (the trained 3 x 8 spacecraft student: 164 boxes, 0.9 s of 6.7 s in calls)."""
     from scipy.optimize import linprog
+    from scipy.sparse import coo_matrix
     K = values.shape[1]
     weights = np.full((boxes, K), np.nan)
-    for box in failing:
-        v = values[owner == box]
-        if not np.all(np.isfinite(v)):
-            continue
-        # maximise t: t - sum_k w_k v_pk <= 0 per piece, sum_k w_k = 1, w >= 0
-        res = linprog(np.r_[np.zeros(K), -1.0], A_ub=np.c_[-v, np.ones(len(v))], b_ub=np.zeros(len(v)),
-                      A_eq=np.r_[np.ones(K), 0.0][None], b_eq=[1.0],
-                      bounds=[(0, None)] * K + [(None, None)], method="highs")
-        if res.status == 0 and -res.fun >= 0:
-            weights[box] = res.x[:K]
+    finite = np.ones(boxes, dtype=bool)
+    np.logical_and.at(finite, owner, np.all(np.isfinite(values), axis=1))
+    take = np.flatnonzero(np.isin(owner, failing[finite[failing]]))          # the pieces of the boxes solved
+    if not len(take):
+        return np.zeros((len(owner), tried[0].shape[1])), np.zeros(boxes, dtype=bool)
+    box_ids, block = np.unique(owner[take], return_inverse=True)           # block: each piece's box, 0 .. B-1
+    B, P = len(box_ids), len(take)
+    # variables: w (B, K) flattened, then t (B); rows: one per piece
+    rows = np.repeat(np.arange(P), K + 1)
+    cols = np.c_[block[:, None] * K + np.arange(K), K * B + block].ravel()
+    data = np.c_[-values[take], np.ones(P)].ravel()
+    A_ub = coo_matrix((data, (rows, cols)), shape=(P, (K + 1) * B)).tocsr()
+    A_eq = coo_matrix((np.ones(B * K), (np.repeat(np.arange(B), K), np.arange(B * K))), shape=(B, (K + 1) * B)).tocsr()
+    res = linprog(np.r_[np.zeros(B * K), -np.ones(B)], A_ub=A_ub, b_ub=np.zeros(P), A_eq=A_eq, b_eq=np.ones(B),
+                  bounds=[(0, None)] * (B * K) + [(None, None)] * B, method="highs")
+    if res.status == 0:
+        w, t = res.x[:B * K].reshape(B, K), res.x[B * K:]
+        reached = t >= 0
+        weights[box_ids[reached]] = w[reached]
     solved = ~np.isnan(weights[:, 0])
     w = np.nan_to_num(weights[owner])                                     # (P, K); unused where not solved
     return np.einsum("pk,kpm->pm", w, np.stack(tried)), solved
