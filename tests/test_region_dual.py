@@ -115,7 +115,8 @@ def test_the_dual_value_at_any_multipliers_is_below_the_lp_minimum(widths):
     args = (s, g, h_c, eps, a, rhs, r)
     climbed = region_dual.value(region_dual.ascend(*args, np.zeros(P)), *args)
     slab_only = region_dual.value(region_dual.ascend(*args, np.zeros(P), sweeps=0), *args)
-    tries = [region_dual.value(np.c_[rng.normal(size=(P, 1)) * 3, rng.exponential(size=(P, K))], *args) for _ in range(5)]
+    tries = [region_dual.value(np.c_[rng.normal(size=(P, 1)) * 3, rng.exponential(size=(P, K))], *args)
+             for _ in range(5)]
     feasible = 0
     for p in range(min(P, 1500)):
         exact = _lp_min(*(v[p] for v in args))

@@ -115,9 +115,9 @@ def _chunk(model, box: Interval, centre: PlantTerms, plant: PlantTerms, u_lo: np
         np.minimum.at(least, b[alone], best)
     together = np.flatnonzero(meets & shared[b])
     if len(together):                   # one input for every piece that meets the slab (the Clarke form)
-        least[shared] = _common_input_row(_RowParts(g[together], centre, plant, b[together], (cut_a[together], cut_b[together])), b[together],
-                                          box.shape[0], loss_g[together], h_c[together], eps[together],
-                                          r[together], u_lo, u_hi)[shared]
+        rows = _RowParts(g[together], centre, plant, b[together], (cut_a[together], cut_b[together]))
+        least[shared] = _common_input_row(rows, b[together], box.shape[0], loss_g[together], h_c[together],
+                                          eps[together], r[together], u_lo, u_hi)[shared]
     score[few] = np.where(found.enumerated, least, -np.inf)
     return score
 
