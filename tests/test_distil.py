@@ -135,3 +135,37 @@ def test_the_stability_hinge_is_each_kinks_minority_side_and_moves_the_kinks_off
         _stability_hinge(net, x, near).backward()
         opt.step()
     assert before >= 8 and crossing() <= 2, (before, crossing())
+
+
+def test_the_rounds_return_the_latest_certified_student_when_the_last_is_refuted(monkeypatch):
+    """Scripted verdicts (certified, refuted, refuted): the student left is the one round 0
+    checked, bit for bit, and its record says so; with the last round certified, the last one
+    (no tune after the last check)."""
+    from training import distil
+    system = get_system("obstacle_avoidance")
+    lo, hi = (np.asarray(v, float) for v in system.domain)
+    verdicts = iter(["certified", "refuted", "refuted"])
+    seen = []
+
+    def scripted(student, *args):
+        seen.append({k: v.clone() for k, v in student.state_dict().items()})
+        x = np.random.default_rng(len(seen)).uniform(lo, hi, (4, system.n))
+        return x, {"certifier": next(verdicts), "sampled_failures": 4}
+    monkeypatch.setattr(distil, "_counterexamples", scripted)
+    teacher = torch.nn.Sequential(torch.nn.Linear(3, 1)).double()
+    student = distil._student(system.n, [8], lo, hi, 0, "relu")
+    tune = torch.optim.Adam(student.parameters(), lr=1e-2)
+    rounds = distil._rounds(student, teacher, system, lo, hi, distil.Hinges(), tune, None, torch.Generator(),
+                            lambda: None, 64, 3, 3, 1.0, 2, None)
+    assert [r["certifier"] for r in rounds] == ["certified", "refuted", "refuted"]
+    assert rounds[0].get("returned") and not any(r.get("returned") for r in rounds[1:])
+    assert not torch.equal(seen[0]["0.weight"], seen[2]["0.weight"])          # the tunes moved it
+    for name, value in student.state_dict().items():
+        assert torch.equal(value, seen[0][name])
+    verdicts = iter(["refuted", "certified"])
+    seen.clear()
+    rounds = distil._rounds(student, teacher, system, lo, hi, distil.Hinges(), tune, None, torch.Generator(),
+                            lambda: None, 64, 2, 3, 1.0, 2, None)
+    assert not any(r.get("returned") for r in rounds)
+    for name, value in student.state_dict().items():
+        assert torch.equal(value, seen[-1][name])

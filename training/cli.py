@@ -266,9 +266,12 @@ def _train(args: argparse.Namespace) -> int:
     distilled = result.card["training"].get("distillation")
     if distilled:
         from .distilled import teacher_name
-        last = distilled["rounds"][-1] if distilled["rounds"] else None
+        rounds = distilled["rounds"]
+        last = next((r for r in rounds if r.get("returned")), rounds[-1] if rounds else None)
+        which = "" if last is None else (
+            "the last" if last is rounds[-1] else f"the student of round {last['round']} (the latest certified)")
         state = "no rounds" if last is None else (
-            f"{len(distilled['rounds'])} counterexample rounds, the last " + (
+            f"{len(rounds)} counterexample rounds, {which} " + (
                 "clean" if distilled["last_round_clean"] else
                 f"with {last['sampled_failures']} sampled failure(s), certifier {last['certifier']}"))
         log.info(f"  distilled from {teacher_name(distilled)} ({args.out / 'teacher'}): {state}")

@@ -187,11 +187,15 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
             hinges: Hinges, tune: torch.optim.Optimizer, blind: torch.Tensor | None, generator: torch.Generator,
             starts: Callable[[], torch.Tensor | None], batch: int, count: int, steps: int, time_limit: float,
             clean_rounds: int, sampled: Callable[[nn.Module], tuple[np.ndarray, int]] | None) -> list[dict]:
-    """The counterexample rounds (module docstring, 3.), tuning ``student`` in place; their records."""
+    """The counterexample rounds (module docstring, 3.), tuning ``student`` in place; their records.
+    The student left is one a round checked: the last round's, or, where the certifier refuted or
+    left undecided that one, the latest it certified (its record then says ``"returned": True``):
+    tuning around one round's counterexamples can break what an earlier round proved."""
     span, low = torch.as_tensor(hi - lo), torch.as_tensor(lo)
     rounds: list[dict] = []
     pool = torch.zeros((0, system.n), dtype=torch.float64)
     clean, undecided = 0, 0
+    certified: tuple[int, dict] | None = None
     for k in range(count):
         # a certifier that found nothing looks longer next time (up to ESCALATION x; the search is
         # deterministic, so a longer one also looks deeper at an untouched student): a thin
@@ -202,7 +206,9 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
         rounds.append({"round": k, **record})
         # clean: the near misses a dense check also returns are not failures
         clean = clean + 1 if record["sampled_failures"] == 0 and record["certifier"] != "refuted" else 0
-        if clean >= clean_rounds:
+        if record["certifier"] == "certified":
+            certified = (k, copy.deepcopy(student.state_dict()))
+        if clean >= clean_rounds or k == count - 1:      # no tune after the last check
             break
         if not len(found):     # nothing to tune around: check the same student again
             continue
@@ -213,6 +219,9 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
             rest = low + span * torch.rand(batch - len(near), system.n, dtype=torch.float64, generator=generator)
             x = torch.cat([rest, torch.minimum(torch.maximum(near, low), low + span)])
             _step(tune, _tune_loss(student, teacher, system, x, hinges, starts(), generator), student, blind)
+    if rounds and rounds[-1]["certifier"] != "certified" and certified is not None:
+        student.load_state_dict(certified[1])
+        rounds[certified[0]]["returned"] = True
     return rounds
 
 

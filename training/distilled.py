@@ -64,7 +64,8 @@ def train_distilled(config: TrainConfig, system: Any, res: Any, out_dir: str | P
     final = check(student, system, tools, config, res.lo, res.hi, res.u_min, res.u_max,
                   np.random.default_rng([config.seed, 7, 0]))
     student = student.float().eval()
-    clean = not rounds or (rounds[-1]["sampled_failures"] == 0 and rounds[-1]["certifier"] != "refuted")
+    last = next((r for r in rounds if r.get("returned")), rounds[-1] if rounds else None)     # the student's round
+    clean = last is None or (last["sampled_failures"] == 0 and last["certifier"] != "refuted")
     train_time = time.perf_counter() - started
     training = {"time_s": round(train_time, 3), "rounds": teacher.rounds, "final_check": final.summary(),
                 "history": teacher.history, "torch": torch.__version__,
