@@ -272,6 +272,8 @@ class Interval:
         with np.errstate(invalid="ignore", over="ignore"):
             if other.lo is other.hi:                         # a point factor: two products
                 p = [self.lo * other.lo, self.hi * other.lo]
+            elif self.lo is self.hi:
+                p = [self.lo * other.lo, self.lo * other.hi]
             else:
                 p = [self.lo * other.lo, self.lo * other.hi, self.hi * other.lo, self.hi * other.hi]
         lo, hi = _min_max(p)

@@ -86,7 +86,7 @@ BINARY = {
 }
 
 
-@pytest.mark.parametrize("side", ["interval-interval", "number-left", "number-right"])
+@pytest.mark.parametrize("side", ["interval-interval", "number-left", "number-right", "point-left"])
 @pytest.mark.parametrize("name", sorted(BINARY))
 def test_binary_operation_encloses_exact_result_of_every_pair_of_points(name, side):
     op, exact = BINARY[name]
@@ -98,6 +98,9 @@ def test_binary_operation_encloses_exact_result_of_every_pair_of_points(name, si
     elif side == "number-right":
         b = Interval.point(b.hi)
         result = op(a, b.hi)
+    elif side == "point-left":              # a degenerate Interval times an interval
+        a = Interval.point(a.lo)
+        result = op(a, b)
     else:
         result = op(a, b)
     for pa, pb in zip(points_in(rng, a), reversed(points_in(rng, b))):
