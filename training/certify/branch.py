@@ -42,12 +42,13 @@ FALSIFY_SECONDS = 2.0
 SAMPLED_CHECK_WIDTH = 1.0 / 16    # rollouts only for boxes narrower than this (relative)
 MAX_ROLLOUT_BOXES = 128
 MAX_LISTED = 20
-CHUNK = 512                       # boxes per chunk of a round (fixed: the worker count changes no number); a
-#                                   chunk's numpy costs ~50 ms whatever its size: hi-ord8's search took 11.5 s
-#                                   in chunks of 256, 6.3 s in chunks of 1,024 (in-process, profiled); but a
-#                                   round of one chunk leaves the other workers idle: the trained 3 x 8
-#                                   spacecraft ReLU student with --workers auto, 9.0 s (1,024), 7.1 s (512),
-#                                   8.4 s (256)
+CHUNK = 1024                      # boxes per chunk of a round at most (fixed: the worker count changes no number);
+#                                   a chunk's numpy costs ~50 ms whatever its size: hi-ord8's search took 11.5 s
+#                                   in chunks of 256, 6.3 s in chunks of 1,024 (in-process, profiled)
+MIN_CHUNK = 256                   # ... but a round is cut in two chunks of at least this many, so two workers
+#                                   share it: the trained 3 x 8 spacecraft ReLU student with --workers auto took
+#                                   9.0 s in chunks of 1,024 (most of its rounds one chunk), 7.1 s in chunks of
+#                                   512; the 4-D point robot's 10 ms search 47.1 s with 1,024, 53.8 s with 512
 EAGER_LEVELS = 8                  # at most this many halvings of one box in one round (eager_levels)
 EAGER_FILL = 512                  # ... while the next round stays within this many boxes (128, 512, 1024:
 #                                   hi-ord8 4.5, 2.5, 2.3 s; OA 3-32-1 0.44, 0.30, 0.29 s; point robot 34, 29, 31 s)
@@ -113,8 +114,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
     """Run the branch and bound at margin ``eps`` until done, refuted, or out of time/boxes.
 
     Each round takes the ``batch`` best open boxes in the queue's canonical order, cuts them
-    into chunks of ``chunk`` boxes (None: CHUNK) and has ``runner`` (``shards.py``; None: this process)
-    evaluate them; the results are merged in chunk order.  The chunking depends on neither the
+    into chunks of at most ``chunk`` boxes (None: CHUNK), in two where the round has at least
+    2 MIN_CHUNK, and has ``runner`` (``shards.py``; None: this process) evaluate them; the
+    results are merged in chunk order.  The chunking depends on neither the
     runner nor the worker count, so neither changes a number of the result.  ``spill_at``: open
     boxes held in memory before the rest is spilled to temporary files (``queue.py``)."""
     from .queue import OpenQueue
@@ -135,8 +137,9 @@ def search(problem: Problem, eps: float, deadline: float, max_boxes: int = 2_000
                     _leave_undecided(res, lo, hi, res.stopped)
                 break
             blo, bhi = queue.pop(min(batch, max_boxes - res.evaluated))     # never past the budget
-            starts = range(0, len(blo), chunk)
-            parts = runner.map(eps, [(blo[i:i + chunk], bhi[i:i + chunk]) for i in starts])
+            size = min(chunk, max(MIN_CHUNK, -(-len(blo) // 2)))
+            starts = range(0, len(blo), size)
+            parts = runner.map(eps, [(blo[i:i + size], bhi[i:i + size]) for i in starts])
             if len(parts) != len(starts) or sum(len(p.proven) for p in parts) != len(blo):
                 raise RuntimeError("a round came back with boxes missing: no verdict from a partial search")
             c = _merge(res, parts)
