@@ -6,19 +6,25 @@ fails unless the two are further apart than that relaxation's slack; on the trai
 spacecraft student 21,157 of the search's 23,419 failing boxes failed containment.  On each
 piece S of the box (``compiler.bounds_pieces``, widened by the float32 header's error, so the
 header's own pattern at every state is one of them) h is exactly g . x + c, and the states where
-S applies satisfy its region's cuts; with c(x) <= c(x_c) + grad c(B) . (x - x_c), every state
-of the box where c < 0 also satisfies the linear row
+S applies satisfy its region's cuts.  Every state of the box where c < 0 also satisfies linear
+rows a . d + b >= 0 (d = x - x_c, ``_constraint_rows``):
 
-    -gmid . d + (gamma_rad . r - c_lo(x_c)) >= 0,   d = x - x_c,
+* the mean-value form, c(x) >= c_lo(x_c) + gmid . d - grad_rad . r (grad c's enclosure over the
+  box: loose on a box wide along a direction c curves in, as a ball's grad 2z on z in [-1, 1]);
+* tangent planes at Newton points x0 near {c = 0} (from the box's centre and from its least-c
+  state), c(x) >= c(x0) + grad c(x0) . (x - x0) - Q, Q bounding the second-order term from the
+  plant's Hessian enclosure over the hull of the box and x0 (0 for a ball).
 
-(gmid, gamma_rad: the midpoint and radius of grad c over the box).  The largest g . d over the
-piece's cuts and that row is bounded by ``region_dual`` (weak duality: any multipliers give a
-bound; +large where they prove the piece never meets c < 0 in the box), so the box's score is
+The largest g . d over the piece's cuts and those rows is bounded by ``region_dual`` (weak
+duality: any multipliers give a bound; +large where they prove the piece never meets c < 0 in
+the box), so the box's score is
 
     min over pieces of  -(h_S(x_c) + eps + max g . d)    (> 0: proven),
 
 eps: the header's rounding bound on h plus the piece's own float64 rounding.  A box with more
-than ``MAX_UNSTABLE`` unstable neurons gets no score here (-inf).
+than ``MAX_UNSTABLE`` unstable neurons gets no score here (-inf).  On the 3 x 8 student the
+mean-value row alone proved none of 30 failing boxes, the tangent rows 93% (scipy's LP on the
+same rows: 97%), and its search fell from 25,504 to 4,787 boxes.
 """
 from __future__ import annotations
 
@@ -84,7 +90,8 @@ def _chunk(problem: Problem, model, box: Interval, max_unstable: int) -> np.ndar
         score[weak] = np.where(np.isnan(worst), -np.inf, -worst)
     out = np.full(batch, np.inf)
     np.minimum.at(out, b, score)
-    return np.where(found.enumerated, out, -np.inf)
+    held = np.bincount(b, minlength=batch) > 0          # every state takes some pattern: none left claims nothing
+    return np.where(found.enumerated & held, out, -np.inf)
 
 
 def _constraint_rows(problem: Problem, box: Interval) -> tuple[np.ndarray, np.ndarray]:
