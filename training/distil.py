@@ -123,7 +123,7 @@ class Hinges:
     """The tune's targets: the boundary row >= ``slack`` within ``band`` of the zero level,
     h <= -``clearance`` where the plant's constraint fails and, with ``gamma``, the filter's
     condition row + gamma h >= ``condition_margin`` on the set (h >= 0); with ``stability``,
-    hidden pre-activations kept away from 0 near the zero level (``_stability_hinge``)."""
+    the hidden neurons' kinks moved off the zero level (``_stability_hinge``)."""
     slack: float = 0.1
     band: float = 0.05
     clearance: float = 0.02
