@@ -98,6 +98,9 @@ FIELD_HELP: dict[str, str] = {
     "distil_time_limit": "seconds of certifier per distillation round, doubled after each call that found "
                          "nothing (up to 4x); raise it when a student that ended clean is refuted by a longer "
                          "certification",
+    "distil_stability": "weight of a tune hinge that moves the student's kinks off its zero level, so the "
+                        "certifier meets fewer linear pieces there (0: none); try 0.3-1 when a ReLU student "
+                        "certifies slowly (hi_ord8_relu: 1.0, 23 s -> 1.3 s)",
     "faces": "states whose two faces of the domain the filter enforces as rows, NAME:GAMMA:MARGIN each "
              "(row d/dt c + GAMMA c >= MARGIN on c = hi - x and x - lo); not used by the training rounds, "
              "written into the card for the filter and the certifier, so the claim can be closed in that "
