@@ -98,6 +98,10 @@ class RegionCuts:
     lo: np.ndarray             # (P, K)
     hi: np.ndarray             # (P, K)
 
+    def take(self, idx: np.ndarray) -> "RegionCuts":
+        """The cuts of the pieces ``idx`` (rows repeated as ``idx`` repeats them)."""
+        return RegionCuts(*(getattr(self, name)[idx] for name in RegionCuts.__dataclass_fields__))
+
 
 def _empty_cuts(count: int, slots: int, n: int) -> RegionCuts:
     zeros = np.zeros((count, slots))
@@ -109,7 +113,7 @@ def _add_cuts(cuts: RegionCuts, parent: np.ndarray, region: np.ndarray, split: n
               A, c, eA, ec, slack, kinks: np.ndarray) -> RegionCuts:
     """The children's cuts: the parents' and, in the next free slots, each neuron branched here
     (``split`` (children, w)) bounded to its region's kinks."""
-    cuts = RegionCuts(*(getattr(cuts, name)[parent] for name in RegionCuts.__dataclass_fields__))
+    cuts = cuts.take(parent)
     child, neuron = np.nonzero(split)
     slot = filled[child] + (np.cumsum(split, axis=1) - 1)[child, neuron]
     r = region[child, neuron]
@@ -202,7 +206,7 @@ def pieces(model: Model, box, max_unstable: int = 10, widen: list | None = None,
                 v[keep] for v in (box_index, A, c, eA, ec, first, last, counts, filled))
             pattern, branched = pattern[keep], branched[keep]
             if cuts:
-                region_cuts = RegionCuts(*(getattr(region_cuts, f)[keep] for f in RegionCuts.__dataclass_fields__))
+                region_cuts = region_cuts.take(keep)
         parent, region = _expand(first, last)
         if cuts:
             slack = np.zeros_like(c) if widen is None else widen[layer_no][box_index]

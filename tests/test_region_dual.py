@@ -26,14 +26,8 @@ from training.certify.piece_containment import _constraint_rows, piece_containme
 from training.certify.problem import plant_enclosure  # noqa: E402
 
 from test_bounds import samples_in  # noqa: E402
-
-
-def _relu_net(seed: int, widths) -> torch.nn.Sequential:
-    torch.manual_seed(seed)
-    layers = []
-    for a, b in zip(widths[:-1], widths[1:]):
-        layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
-    return torch.nn.Sequential(*layers[:-1]).double().eval()
+from test_containment_traded import _rim_boxes  # noqa: E402
+from test_level_pieces import _net  # noqa: E402
 
 
 def _patterns(net, x: np.ndarray) -> np.ndarray:
@@ -55,7 +49,7 @@ def _boxes(rng, n: int, count: int, width: float) -> Interval:
 
 @pytest.mark.parametrize("widths", [(3, 10, 1), (3, 8, 6, 1), (6, 8, 8, 8, 1)])
 def test_a_sampled_state_meets_the_cuts_of_the_piece_whose_pattern_it_takes_and_no_others(widths):
-    net = _relu_net(1, widths)
+    net = _net(1, widths).double()
     n = widths[0]
     rng = np.random.default_rng(2)
     box = _boxes(rng, n, 40, 0.6)
@@ -90,7 +84,7 @@ def _lp_min(s, g, h_c, eps, a, rhs, r) -> float | None:
 
 def _pieces_on_level(seed: int, widths, count: int = 40):
     """The pieces of boxes around {h = 0} of a random network, with a random row slope s each."""
-    net = _relu_net(seed, widths)
+    net = _net(seed, widths).double()
     n = widths[0]
     rng = np.random.default_rng(seed)
     x = rng.uniform(-1, 1, (4000, n))
@@ -233,15 +227,6 @@ def _ring_barrier(k: int = 16, clearance: float = 0.02, dent: float = 0.0) -> to
     return net
 
 
-def _rim_boxes(rng, count: int, widths=(-1.4, -0.9)) -> Interval:
-    ang = rng.uniform(-np.pi, np.pi, count)
-    rim = 0.5 + rng.uniform(0.0, 0.05, count)
-    x = rng.uniform(-1, 1, (count, 4))
-    x[:, 0], x[:, 1] = rim * np.cos(ang), rim * np.sin(ang)
-    width = 10.0 ** rng.uniform(*widths, x.shape)
-    return Interval(x - width / 2, x + width / 2)
-
-
 def _containment_problem(net):
     system = get_system("point_robot")
     model = load_torch(net.float(), input_dim=4)
@@ -255,7 +240,7 @@ def test_piece_containment_holds_every_sampled_state_and_proves_more_than_the_up
     net = _ring_barrier(dent=3.0)
     system, problem = _containment_problem(net)
     rng = np.random.default_rng(9)
-    box = _rim_boxes(rng, 400)
+    box = _rim_boxes(rng, system, 400, shift=(0.0, 0.05), widths=(-1.4, -0.9))
     score = piece_containment(problem, box)
     x = samples_in(rng, box, 300)
     S, B, n = x.shape
@@ -267,8 +252,8 @@ def test_piece_containment_holds_every_sampled_state_and_proves_more_than_the_up
     reaches_set = h.max(axis=0) >= 0
     plane = traded_containment(problem, box, None)
     assert reaches_set.sum() > 100
-    assert np.mean(score[reaches_set] > 0) > 0.9                  # measured: 99%
-    assert np.mean(plane[reaches_set] > 0) < 0.6                  # measured: 50%
+    assert np.mean(score[reaches_set] > 0) > 0.9                  # measured: 96%
+    assert np.mean(plane[reaches_set] > 0) < 0.6                  # measured: 46%
 
 
 def test_a_leak_inside_the_constraint_is_never_proven():

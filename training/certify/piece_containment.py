@@ -35,12 +35,11 @@ from compiler.interval import Interval, gamma
 from compiler.passes import canonicalize
 
 from . import region_dual
-from .level_pieces import MAX_UNSTABLE
+from .level_pieces import CHUNK_BOXES, MAX_UNSTABLE
 from .patterns import preactivation_enclosures
 from .problem import Problem
 from .terms import _entry
 
-CHUNK_BOXES = 256
 _UP = 1.0 + 2.0 ** -40
 _U = 2.0 ** -53
 
@@ -62,8 +61,7 @@ def _chunk(problem: Problem, model, box: Interval, max_unstable: int) -> np.ndar
     enclosures, errors, e_h = preactivation_enclosures(model, box)
     found = pieces(model, box, max_unstable, widen=errors, clamp=enclosures, cuts=True)
     b = found.box_index
-    centre = np.clip(box.mid, box.lo, box.hi)
-    radius = np.nextafter(np.maximum(box.hi - centre, centre - box.lo), np.inf)
+    centre, radius = _centre(box)
     xc, r = centre[b], radius[b]
     g = found.g
     h_c = np.einsum("pi,pi->p", g, xc) + found.c
@@ -123,12 +121,13 @@ def _least_point(problem: Problem, box: Interval, steps: int = 5) -> np.ndarray:
     H = problem.plant.constraint_hess([box[:, i] for i in range(n)])
     curvature = np.max([sum(np.maximum(np.abs(_entry(H[i][j], batch).lo), np.abs(_entry(H[i][j], batch).hi))
                             for j in range(n)) for i in range(n)], axis=0)
-    x = _centre(box)[0]
+    centre = _centre(box)[0]
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = np.where(curvature > 0, 1.0 / curvature, 0.0)[:, None]
+    x = centre
     for _ in range(steps):
         x = np.clip(x - rate * _mid_rad(_grad(problem, Interval.point(x)))[0], box.lo, box.hi)
-    return np.where(np.isfinite(x), x, _centre(box)[0])
+    return np.where(np.isfinite(x), x, centre)
 
 
 def _tangent_row(problem: Problem, box: Interval, start: np.ndarray, steps: int = 3) -> tuple[np.ndarray, np.ndarray]:
