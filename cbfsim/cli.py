@@ -279,11 +279,13 @@ def _certify_parser() -> argparse.ArgumentParser:
     parser.add_argument("--spill-at", type=positive_int, default=None,
                         help="open boxes held in memory before the rest of the queue is spilled to temporary files "
                              "(default: about 1 GiB's worth)")
-    parser.add_argument("--condition", choices=("filter", "boundary"), default="filter",
+    parser.add_argument("--condition", choices=("filter", "boundary", "tube"), default="filter",
                         help="filter: the filter's row on the whole certified set, with its margin and the control "
                              "period; boundary: the continuous-time boundary (Nagumo) condition of the "
                              "barrier-certificate literature, sup_u L_f h + L_G h.u >= 0 where h = 0, no class-K "
-                             "term, no margin (--dt 0 only)")
+                             "term, no margin (--dt 0 only); tube: the sampled loop under the tube filter (ReLU "
+                             "networks), whose rows hold over the period on every piece it can reach: proves the "
+                             "filter always has an input (--dt > 0)")
     parser.add_argument("-o", "--output", type=Path, default=None,
                         help="write the certificate (JSON) here; put it beside the card as STEM.cert.json so "
                              "simulate and the experiments use its margin (default: print the summary only)")

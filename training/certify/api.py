@@ -73,7 +73,7 @@ def certify(model: Any, card: Any = None, *, dt: float | None = None,
     if spill_at is not None and not (isinstance(spill_at, int) and not isinstance(spill_at, bool) and spill_at >= 2):
         raise CertifyError(f"--spill-at must be a whole number >= 2, got {spill_at!r}")
     problem = build_problem(model, card, dt=dt, condition=condition, margin=margin, **problem_args)
-    if condition == "boundary":
+    if condition in ("boundary", "tube"):
         margin = 0.0
     if margin is not None:
         if not (np.isfinite(margin) and margin >= 0):
@@ -305,6 +305,9 @@ def _core_claim(problem: Problem, coordinates: list[dict[str, Any]], eps: float)
         where = where[:-1] + ", " + ", ".join(f"{c['lo']:g} <= {c['name']} <= {c['hi']:g}" for c in faces) + "}"
     period = f"held for {problem.dt:g} s (zero-order hold)" if problem.dt > 0 else "applied continuously"
     rows = "its float32 constraint row a.u + b >= " + _margin_text(problem, eps)
+    if problem.condition == "tube":
+        rows = ("the tube filter's rows: L_f h + L_G h.u >= -gamma h(x_k) on every linear piece of h over the "
+                "period's reachable box; it always has such an input there")
     if problem.faces:
         rows += " and its face rows"
     text = (f"For every sampled state x_k in C = {where} and every input u in "

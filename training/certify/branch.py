@@ -291,7 +291,8 @@ def _refute(problem: Problem, res: SearchResult, blo: np.ndarray, bhi: np.ndarra
                           | (bounds.scores["initial"] < 0))
     idx = np.flatnonzero(point_fail)
     if len(idx):
-        pts, owner = ce.candidates(blo[idx], bhi[idx])
+        # the tube filter's rows cost an LP a state: its candidates are the centres alone
+        pts, owner = ce.candidates(blo[idx], bhi[idx], corners=problem.condition != "tube")
         if problem.initial:                      # the initial set's candidates: the same, clipped into it
             from .sets import clip_into
             pts, owner = np.concatenate([pts, clip_into(problem.initial, pts)]), np.concatenate([owner, owner])
@@ -376,7 +377,8 @@ def _record(res: SearchResult, name: str, x: np.ndarray, value: float, problem: 
     quantity = {"containment": "constraint (with x in the certified set)",
                 "feasibility": (("sup_u min over the pieces met at x of (L_f h + L_G h.u) on h = 0" if problem.relu_like
                                  else "sup_u (L_f h + L_G h.u) on h = 0") if problem.condition == "boundary"
-                                else "sup_u (a.u + b) - margin"),
+                                else "max_u min over the tube filter's rows (no input satisfies them all)"
+                                if problem.condition == "tube" else "sup_u (a.u + b) - margin"),
                 "sampled_data": "min level over the period (h" + (", psi1)" if problem.order == 2 else ")"),
                 "closure": "outward speed through an open face of the domain, from a state of the set",
                 "initial": "h (with x in the initial set)" if problem.order == 1 else "min(h, psi1) (with x in the initial set)"}[name]

@@ -27,6 +27,8 @@ def build_problem(model: Any, card: Any = None, *, dt: float | None = None, cond
         if margin not in (None, 0):
             raise CertifyError(f"--condition boundary has no margin (it is 0), got --margin {margin:g}")
         dt = 0.0
+    if condition == "tube" and margin not in (None, 0):
+        raise CertifyError(f"--condition tube has no margin (its rows carry the period), got --margin {margin:g}")
     if system is None:
         if card is None:
             raise CertifyError("give the model card, or the plant with --system NAME|module:Class (no card)")
@@ -46,6 +48,11 @@ def build_problem(model: Any, card: Any = None, *, dt: float | None = None, cond
             raise CertifyError(f"--condition boundary is the order 1 condition on {{h = 0}}; the problem has order {problem.order}")
         if problem.faces:
             raise CertifyError("--condition boundary takes no face rows (the card's config enforces faces, a filter's rows)")
+    if condition == "tube":
+        if not problem.dt > 0:
+            raise CertifyError("--condition tube is the sampled loop: it needs --dt > 0 (or the card's dt_control)")
+        from .tube_condition import prepare
+        prepare(problem)
     _check_relative_degree(problem)
     problem = apply_sets(problem, initial_set, unsafe_set, scope)
     from .replay import command_line

@@ -85,6 +85,7 @@ class Certificate:
         state = "CERTIFIED" if self.certified else "NOT CERTIFIED"
         scaled = "" if self.margin_scale is None else f" x ({_affine(self.margin_scale)})"
         what = ("boundary (Nagumo) condition, no margin" if self.condition == "boundary"
+                else "the tube filter (rows over the period, every piece)" if self.condition == "tube"
                 else f"filter margin {self.margin:g}{scaled}")
         lines = [f"{state}: {self.system}, order {self.order}, dt {self.dt:g} s, {what}"]
         for name, res in self.conditions.items():

@@ -65,6 +65,7 @@ from .patterns import supported
 from .piece_containment import piece_containment
 from .containment import traded_containment
 from .faces import best_common_input
+from .tube_condition import feasibility as tube_feasibility
 from .terms import PlantTerms, Terms, lie_terms, plant_terms, row_rate_slices, sup_over_inputs
 
 _UP = 1.0 + 2.0 ** -40   # rounds a short sum of nonnegative float64 terms up
@@ -145,6 +146,8 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     a32, b32 = constraint_row(t32, problem)
     if problem.condition == "boundary":
         return _boundary_bounds(problem, box, plant, t32, cont, meets, inside)
+    if problem.condition == "tube":
+        return _tube_bounds(problem, box, plant, t32, cont, meets, inside)
     if problem.faces:      # one input for the barrier's row and every enforced face's row at once
         rows = [(_in_set_row(t32, problem, b32), a32, eps_hi)]
         rows += [(*face.row_enclosure(plant.f, plant.G, box), np.full(len(c.lo), face.margin)) for face in problem.faces]
@@ -321,6 +324,18 @@ def _boundary_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Te
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf, "closure": clos,
                       "initial": _initial(problem, box, t32)},
                      meets, inside, c.hi >= 0, worst_u, split_by, t32.rounding)
+
+
+def _tube_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms, cont: np.ndarray,
+                 meets: np.ndarray, inside: np.ndarray) -> BoxBounds:
+    """Containment, closure and the tube filter's feasibility (``tube_condition.py``); its
+    rows hold over the period by construction, so sampled data is not asked separately (+inf)."""
+    inf = np.full(box.shape[0], np.inf)
+    feas = tube_feasibility(problem, box, meets)
+    worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
+    return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf,
+                      "closure": _closure(problem, box, plant, meets), "initial": _initial(problem, box, t32)},
+                     meets, inside, plant.constraint.hi >= 0, worst_u, _split_weights(t32), t32.rounding)
 
 
 def _piece_containment(problem: Problem, box: Interval, cont: np.ndarray) -> np.ndarray:

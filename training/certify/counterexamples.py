@@ -132,6 +132,9 @@ def check_points(problem: Problem, x: np.ndarray, eps: float) -> dict[str, np.nd
         return {"containment": cont, "feasibility": np.where(on & (rate < -ON_ZERO), rate, np.nan), "initial": initial}
     in_set = t["level"] >= 0
     cont = np.where(in_set & (t["constraint"] < 0), t["constraint"], np.nan)
+    if problem.condition == "tube":              # the tube filter's own rows at x admit no input
+        from .tube_condition import point_violations
+        return {"containment": cont, "feasibility": point_violations(problem, x, in_set), "initial": initial}
     phi = best_row(problem, t)
     eps = problem.margin.with_eps(eps).at(x)          # the filter's margin at each state
     feas = np.where(in_set & (phi < eps), phi - eps, np.nan)

@@ -121,7 +121,7 @@ def falsify(problem: Problem, eps: float, deadline: float, seed: int = 0, rounds
         _leaks(problem, eps, rng, found)
     if not found and problem.condition == "boundary" and regions.applies(problem):
         _walk_regions(problem, x, deadline, found)
-    if found or problem.dt == 0 or time.monotonic() > deadline:
+    if found or problem.dt == 0 or problem.condition == "tube" or time.monotonic() > deadline:
         return found
     low, u = period_low(problem, x, eps)
     radius = 0.02 * (problem.hi - problem.lo)

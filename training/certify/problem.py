@@ -50,13 +50,16 @@ class Problem:
     faces: tuple = ()          # faces.Face: domain faces the filter enforces as rows (faces.py)
     periodic: dict = field(default_factory=dict)   # {coordinate: period}: wraps, so its faces are a seam
     condition: str = "filter"  # "filter": the filter's row on all of C (with its margin and period);
-    #                            "boundary": the continuous-time Nagumo condition on {h = 0} (CONDITIONS)
+    #                            "boundary": the continuous-time Nagumo condition on {h = 0};
+    #                            "tube": the sampled loop under the tube filter (tube_condition.py)
     initial: tuple = ()        # ((lo, hi), ...) boxes where h >= 0 is asked (barrier certificates; sets.py)
     unsafe: str = ""           # "" the plant's constraint fails; else the text of the unsafe boxes (sets.py)
     scope: str = "closed"      # "closed": the set may not leave D through an open face (closure asked);
     #                            "in-domain": closure not asked, the claim holds while the states stay in D (SCOPES)
     command: str = ""          # the command line that certifies this problem (the replay commands extend it)
     spec: dict = field(default_factory=dict)   # what the certificate records of a problem given with no card
+    tube: Any = None           # training.tube_rows.TubeSpec under condition "tube" (tube_condition.prepare)
+    tube_net: Any = None       # training.tube_rows.PieceNet likewise
 
     @property
     def n(self) -> int:
@@ -67,7 +70,7 @@ class Problem:
         return len(self.u_lo)
 
 
-CONDITIONS = ("filter", "boundary")
+CONDITIONS = ("filter", "boundary", "tube")
 SCOPES = ("closed", "in-domain")
 
 PIECEWISE_LINEAR = {"relu", "leaky_relu", "hardtanh", "identity"}

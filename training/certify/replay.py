@@ -97,6 +97,8 @@ def replay(problem: Problem, x: Any, u: Any = None, margin: float = 0.0) -> tupl
         rows = ("min over the pieces met within a hair of x of L_f h + L_G h.u" if problem.relu_like
                 else "L_f h + L_G h.u")
         say("feasibility", bad["feasibility"][0], f"|h| <= {ce.ON_ZERO:g} and sup_u {rows} < 0")
+    elif problem.condition == "tube":
+        say("feasibility", bad["feasibility"][0], "x in the set and no input satisfies the tube filter's rows there")
     else:
         say("feasibility", bad["feasibility"][0], f"x in the set and sup_u (a.u + b) < margin {margin:g}")
     if problem.initial:

@@ -1,0 +1,365 @@
+"""The tube filter's rows: the CBF condition held over a whole control period, on every linear
+piece of a ReLU barrier that the period can reach.
+
+Why: the one-row filter enforces L_f h + L_G h u >= -gamma h with the gradient of the piece
+x_k lies on.  A held input can carry the state across a kink within the period, onto a piece
+whose gradient disagrees, and the gradient jumps by the same amount however short the period
+(every ReLU row's 10 ms column was refuted this way).  This filter enforces the condition on
+every piece the period can reach, over the states it can reach:
+
+  1. Tube.  Y = x + [-r, r] (r fixed per problem, ``tube_spec``).  If T F(Y) lies in [-r, r],
+     with F(Y) the interval enclosure of f + G u over Y and the input box, every solution from
+     x under any held u stays in Y for T, so R = x + [0, T] F(Y) encloses it (one Picard step).
+  2. Pieces.  Interval bound propagation over R gives every ReLU neuron's pre-activation range.
+     A neuron whose range lies above 0 (below) is linear (zero) on all of R.  Each sign
+     combination of the others is one affine piece g_p . x + c_p, and on R the network equals
+     one of them wherever it is differentiable.  The first MAX_UNSTABLE of them in one fixed
+     order (``_priority``) are enumerated; the rest keep the slope interval [0, 1], so each
+     row's gradient interval holds the gradients of all the pieces its combination allows.
+  3. Rows.  For each combination, a_p + b_p . u >= DELTA with a_p a lower bound of g . f over
+     R and the gradient interval, plus gamma h_lo(x_k), and b_p . u a lower bound of g . G u
+     (mid and radius).
+
+Then along the period d/dt h(x(t)) >= -gamma h(x_k) almost everywhere (h is piecewise affine
+and Lipschitz, so d/dt h(x(t)) is g_p . x' for a piece p of R at x(t)), and
+h(x(t)) >= h(x_k) (1 - gamma t) >= 0 for gamma T <= 1: the held input keeps the set.  No margin
+has to pay for the drift; the rows carry it.
+
+The certifier (``training/certify/tube_condition.py``) proves that on every sampled state of
+the set these rows are feasible.  It evaluates the same functions over a box B of states:
+everything here is an outward-rounded interval function of its box, inclusion-monotone up to
+its own rounding, and ``cushion=True`` widens each step by a bound of that rounding, so the
+certifier's rows lie below the filter's at every x in B.  For the enumerated neurons this
+needs the fixed order: the filter's unstable neurons at x are a subset of B's, so B's first k
+among them are also among x's first k, and each filter row's combination is one of B's.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from compiler.interval import Interval, gamma as rounding_gamma
+from compiler.ir import Activation, Dense
+from compiler.passes import canonicalize
+
+U64 = 2.0 ** -53
+_UP = 1.0 + 2.0 ** -40       # rounds a short float64 product or sum of nonnegative terms up
+DELTA = 1e-7                 # the filter enforces every row with this margin (units of h per second)
+CUSHION = 2.0 ** -30         # the certifier's relative widening of the tube and of f, G over it
+MAX_UNSTABLE = 10            # neurons unstable over a tube; beyond, 2^k rows would be too many
+
+
+class TubeRowsError(ValueError):
+    """The network or the problem is outside what the tube filter supports (one line)."""
+
+
+@dataclass(frozen=True)
+class TubeSpec:
+    """What the rows depend on besides the state: the period, the input box, gamma (the
+    linear class-K gain), the tube radius r (n,) and the cap on unstable neurons."""
+    T: float
+    u_lo: np.ndarray
+    u_hi: np.ndarray
+    gamma: float
+    radius: np.ndarray
+    max_unstable: int = MAX_UNSTABLE
+
+    @property
+    def u_extent(self) -> np.ndarray:
+        return np.maximum(np.abs(self.u_lo), np.abs(self.u_hi))
+
+
+@dataclass
+class Rows:
+    """One box's rows a (P,) + b (P, m) . u >= 0, before the filter's DELTA."""
+    a: np.ndarray
+    b: np.ndarray
+
+
+def _field(plant, box: Interval, spec: TubeSpec) -> Interval:
+    from training.reach import vector_field
+    return vector_field(plant, box, Interval(np.asarray(spec.u_lo, float), np.asarray(spec.u_hi, float)))
+
+
+def tube_spec(plant, lo, hi, u_lo, u_hi, T: float, gamma: float, max_unstable: int = MAX_UNSTABLE) -> TubeSpec:
+    """The spec for states in the domain [lo, hi]: r grows until T F(D + [-r, r]) fits in
+    [-r, r] / 2, so the filter's check passes with room at every state of D."""
+    T, gamma = float(T), float(gamma)
+    if not (np.isfinite(T) and T > 0):
+        raise TubeRowsError(f"the tube filter holds the input over a period: it needs dt > 0, got {T:g}")
+    if not (np.isfinite(gamma) and 0 <= gamma * T <= 1):
+        raise TubeRowsError(f"the tube filter needs a linear class-K gain with 0 <= gamma dt <= 1, got "
+                            f"gamma {gamma:g}, dt {T:g}")
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    spec = TubeSpec(T, np.asarray(u_lo, float), np.asarray(u_hi, float), gamma, np.zeros(len(lo)), int(max_unstable))
+    domain = Interval(lo[None], hi[None])
+    F = _field(plant, domain, spec)
+    r = 2.0 * T * np.maximum(np.abs(F.lo[0]), np.abs(F.hi[0])) + 1e-12 * (1.0 + np.abs(lo) + np.abs(hi))
+    for _ in range(60):
+        F = _field(plant, domain + Interval(-r, r), spec)
+        need = T * np.maximum(np.abs(F.lo[0]), np.abs(F.hi[0]))
+        if np.all(np.isfinite(need)) and np.all(need <= 0.5 * r):
+            return TubeSpec(T, spec.u_lo, spec.u_hi, gamma, r, int(max_unstable))
+        r = np.where(np.isfinite(need), np.maximum(r, 2.0 * need), 2.0 * r)
+    raise TubeRowsError("no tube radius closes over the domain (the vector field grows too fast for dt)")
+
+
+def tube(plant, X: Interval, spec: TubeSpec, cushion: bool = False) -> tuple[Interval, np.ndarray]:
+    """(R (B, n), ok (B,)): R encloses every state reachable from X within T where ok.  With
+    ``cushion`` (the certifier), R is widened and ok asks for room, so both contain what the
+    filter computes for any state of X."""
+    r = spec.radius
+    F = _field(plant, X + Interval(-r, r), spec)
+    reach = Interval(0.0, spec.T) * F
+    room = r * (1.0 - CUSHION) if cushion else r
+    ok = np.all((reach.lo >= -room) & (reach.hi <= room), axis=1) & np.all(np.isfinite(F.lo) & np.isfinite(F.hi), axis=1)
+    R = X + reach
+    if cushion:
+        pad = CUSHION * np.maximum(np.abs(R.lo), np.abs(R.hi)) + 1e-300
+        R = Interval(R.lo - pad, R.hi + pad)
+    return R, ok
+
+
+class PieceNet:
+    """A ReLU network (Dense, ReLU, ..., Dense after canonical folding) as its dense layers."""
+
+    def __init__(self, model):
+        layers = canonicalize(model).layers
+        shape = "".join("D" if isinstance(l, Dense) else "R" if isinstance(l, Activation) and l.kind == "relu"
+                        else "?" for l in layers)
+        if shape != "D" + "RD" * (len(shape) // 2) or shape == "D":
+            bad = next((l for l in layers if not isinstance(l, (Dense, Activation))
+                        or isinstance(l, Activation) and l.kind != "relu"), None)
+            what = f"layer {getattr(bad, 'kind', type(bad).__name__)}" if bad is not None else "no hidden layer"
+            raise TubeRowsError(f"the tube filter needs a ReLU network (Dense, ReLU, ..., Dense); this one has {what}")
+        self.dense = [l for l in layers if isinstance(l, Dense)]
+        self.n = self.dense[0].in_dim
+        self.widths = [l.out_dim for l in self.dense[:-1]]
+        # the rounding of a pattern's gradient, a chain of products (Higham's gamma over the depth)
+        self._rank = self._priority()
+
+    def bounds(self, X: Interval, cushion: bool = False) -> tuple[list[tuple[np.ndarray, np.ndarray]], Interval, np.ndarray]:
+        """(pre-activation ranges per hidden layer (lo, hi) (B, width), h (B,), spread (B,)):
+        interval bound propagation with every dot product's rounding bounded (Higham), so each
+        range encloses the exact propagation of its input ranges.  ``spread``: how far h's
+        lower end can lie below h at a point from rounding alone (the certifier's floor for
+        states of the set).  ``cushion`` widens every range by twice its rounding bound: then
+        it contains the ranges computed for any sub-box (each is within that bound of exact)."""
+        lo, hi = X.lo, X.hi
+        ranges = []
+        spread = np.zeros_like(lo)          # (B, width): the rounding-only width at a point
+        for k, layer in enumerate(self.dense):
+            W, b = layer.weight, layer.bias
+            Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
+            zlo = lo @ Wp.T + hi @ Wn.T + b
+            zhi = hi @ Wp.T + lo @ Wn.T + b
+            mag = np.maximum(np.abs(lo), np.abs(hi)) @ np.abs(W).T + np.abs(b)
+            err = rounding_gamma(layer.in_dim + 2, U64) * mag * _UP * _UP
+            spread = (spread @ np.abs(W).T + 2.0 * err) * _UP
+            if cushion:
+                err = 3.0 * err
+            zlo, zhi = np.nextafter(zlo - err, -np.inf), np.nextafter(zhi + err, np.inf)
+            if k < len(self.dense) - 1:
+                ranges.append((zlo, zhi))
+                lo, hi = np.maximum(zlo, 0.0), np.maximum(zhi, 0.0)
+        return ranges, Interval(zlo[:, 0], zhi[:, 0]), spread[:, 0]
+
+    def _priority(self) -> list[np.ndarray]:
+        """Per hidden layer, each neuron's rank (0 first) in one fixed order for the whole
+        network: by how much flipping it can move the gradient (|W| paths into it, times out
+        of it).  A fixed order makes the neurons enumerated at a state a superset of those a
+        box around it enumerates among the state's own unstable neurons (module docstring)."""
+        into, scores = None, []
+        for layer in self.dense[:-1]:
+            into = np.abs(layer.weight) if into is None else np.abs(layer.weight) @ into
+            scores.append(np.linalg.norm(into, axis=1))
+        out = np.ones((1, 1))
+        for k in range(len(self.dense) - 1, 0, -1):
+            out = out @ np.abs(self.dense[k].weight)
+            scores[k - 1] = scores[k - 1] * out[0]
+        flat = np.concatenate(scores)
+        order = np.lexsort((np.arange(len(flat)), -flat))
+        rank = np.empty(len(flat), dtype=int)
+        rank[order] = np.arange(len(flat))
+        return np.split(rank, np.cumsum(self.widths)[:-1])
+
+    def gradients(self, ranges: list[tuple[np.ndarray, np.ndarray]], i: int, enumerate_at_most: int,
+                  cushion: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(g (P, n), e (P, n)): box i's gradient intervals [g - e, g + e], one per sign
+        combination of its ``enumerate_at_most`` first unstable neurons (``_priority``), the
+        other unstable neurons' slopes taken as [0, 1]: with all of them enumerated, each row
+        is one linear piece; with none, one row holds every piece.  Interval products with
+        their rounding bounded (``cushion``: widened to contain the filter's at any sub-box)."""
+        free = [(l, j) for l, (lo, hi) in enumerate(ranges) for j in np.flatnonzero((lo[i] < 0) & (hi[i] > 0))]
+        free.sort(key=lambda lj: self._rank[lj[0]][lj[1]])
+        chosen = free[:enumerate_at_most]
+        combos = np.array(list(itertools.product((0.0, 1.0), repeat=len(chosen))), dtype=float).reshape(
+            2 ** len(chosen), len(chosen))
+        P = len(combos)
+        m_lo = [np.repeat((lo[i] >= 0).astype(float)[None], P, axis=0) for lo, _ in ranges]
+        m_hi = [np.repeat((lo[i] >= 0).astype(float)[None], P, axis=0) for lo, _ in ranges]
+        for l, j in free[enumerate_at_most:]:
+            m_hi[l][:, j] = 1.0
+        for c, (l, j) in enumerate(chosen):
+            m_lo[l][:, j] = m_hi[l][:, j] = combos[:, c]
+        W = self.dense[0].weight[None]
+        lo, hi = W * m_lo[0][:, :, None], W * m_hi[0][:, :, None]        # exact: masks are 0 or 1
+        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+        for k, layer in enumerate(self.dense[1:], start=1):
+            Wp, Wn = np.maximum(layer.weight, 0.0), np.minimum(layer.weight, 0.0)
+            err = rounding_gamma(layer.in_dim + 2, U64) * (np.abs(layer.weight) @ np.maximum(np.abs(lo), np.abs(hi)))
+            err = err * _UP * _UP * (3.0 if cushion else 1.0)
+            lo, hi = (np.nextafter(Wp @ lo + Wn @ hi - err, -np.inf), np.nextafter(Wp @ hi + Wn @ lo + err, np.inf))
+            if k < len(self.dense) - 1:
+                ml, mh = m_lo[k][:, :, None], m_hi[k][:, :, None]
+                lo, hi = np.where(mh == 0, 0.0, np.where(ml == 1, lo, np.minimum(lo, 0.0))), \
+                    np.where(mh == 0, 0.0, np.where(ml == 1, hi, np.maximum(hi, 0.0)))
+        lo, hi = lo[:, 0, :], hi[:, 0, :]
+        mid = 0.5 * (lo + hi)
+        return mid, np.maximum(mid - lo, hi - mid) * _UP
+
+    @staticmethod
+    def unstable(ranges: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
+        """(B,) how many neurons may change sign over each box."""
+        return sum(((lo < 0) & (hi > 0)).sum(axis=1) for lo, hi in ranges)
+
+    def rows(self, plant, X: Interval, spec: TubeSpec, cushion: bool = False, in_set: bool = False,
+             interval: bool = False) -> tuple[list[Rows | None], np.ndarray]:
+        """(rows per box, None where the tube did not close; the unstable count per box): one
+        row per sign combination of the first MAX_UNSTABLE unstable neurons (``gradients``),
+        or with ``interval`` the one row of the interval gradient, which lies below all of
+        them, so it alone proves feasibility.
+        ``cushion``: the certifier's rows, below those the filter computes at any state of X;
+        ``in_set``: only X's states with h >= 0 are asked about, so gamma h_lo is floored at
+        the rounding spread (no box-width penalty)."""
+        from training.certify.terms import plant_terms
+        R, ok = tube(plant, X, spec, cushion)
+        ranges, _, _ = self.bounds(R, cushion)
+        _, h, spread = self.bounds(X, cushion)
+        h_lo = np.maximum(h.lo, -spread) if in_set else h.lo
+        terms = plant_terms(plant, R, 1)
+        f, G = terms.f, terms.G
+        if cushion:
+            f, G = _widen(f), _widen(G)
+        count = self.unstable(ranges)
+        cap = 0 if interval else spec.max_unstable
+        out: list[Rows | None] = []
+        for i in range(X.shape[0]):
+            if not ok[i]:
+                out.append(None)
+                continue
+            g, e = self.gradients(ranges, i, cap, cushion)
+            out.append(_rows(g, e, f[i], G[i], spec.gamma * h_lo[i], spec.u_extent, cushion))
+        return out, count
+
+
+def _dot(gl: np.ndarray, gh: np.ndarray, fl: np.ndarray, fh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Enclosure of sum over the last axis of g f for g in [gl, gh], f in [fl, fh] (broadcast):
+    the products' hull, summed in float64, widened by the sum's rounding bound (Higham)."""
+    p = np.stack(np.broadcast_arrays(gl * fl, gl * fh, gh * fl, gh * fh))
+    lo, hi = p.min(axis=0), p.max(axis=0)
+    err = rounding_gamma(lo.shape[-1] + 2, U64) * np.maximum(np.abs(lo), np.abs(hi)).sum(-1) * _UP * _UP
+    return np.nextafter(lo.sum(-1) - err, -np.inf), np.nextafter(hi.sum(-1) + err, np.inf)
+
+
+def _rows(g: np.ndarray, e: np.ndarray, f: Interval, G: Interval, level: float, umax: np.ndarray, cushion: bool) -> Rows:
+    """The rows of gradients in [g - e, g + e] (P, n) over a tube where f (n,) and G (n, m)
+    range: a = min g . f + level - (b's radius) . |u|max, b = b's midpoint (module docstring;
+    the certifier takes the radius twice, which puts its rows below the filter's)."""
+    gl, gh = np.nextafter(g - e, -np.inf), np.nextafter(g + e, np.inf)
+    a_lo, a_hi = _dot(gl, gh, f.lo[None], f.hi[None])
+    b_lo, b_hi = _dot(gl[:, None, :], gh[:, None, :], G.lo.T[None], G.hi.T[None])
+    if cushion:
+        a_lo, b_lo, b_hi = _widen_lo(a_lo, a_hi), _widen_lo(b_lo, b_hi), -_widen_lo(-b_hi, -b_lo)
+    mid = 0.5 * (b_lo + b_hi)
+    rad = np.maximum(mid - b_lo, b_hi - mid) * _UP
+    level = np.nextafter(level, -np.inf) if level != 0 else 0.0
+    reach = (rad * umax).sum(-1) * _UP * (2.0 if cushion else 1.0)
+    return Rows(np.nextafter(np.nextafter(a_lo + level, -np.inf) - reach, -np.inf), mid)
+
+
+def _widen_lo(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    return lo - (CUSHION * np.maximum(np.abs(lo), np.abs(hi)) + 1e-300)
+
+
+def _widen(x: Interval) -> Interval:
+    pad = CUSHION * np.maximum(np.abs(x.lo), np.abs(x.hi)) + 1e-300
+    return Interval(x.lo - pad, x.hi + pad)
+
+
+def row_values(rows: Rows, u: np.ndarray) -> np.ndarray:
+    """min over the rows of a + b . u at each input u (K, m), float64 with its rounding taken
+    off (so >= 0 here means every row holds at u)."""
+    u = np.atleast_2d(u)
+    terms = rows.b[None] * u[:, None, :]
+    value = rows.a[None] + terms.sum(-1)
+    slop = rounding_gamma(rows.b.shape[1] + 2, U64) * (np.abs(rows.a)[None] + np.abs(terms).sum(-1)) * _UP
+    return (value - slop).min(axis=1)
+
+
+def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DELTA) -> tuple[float, np.ndarray]:
+    """(a verified lower bound of max over the input box of min_p a_p + b_p . u, the input that
+    achieves it): the box's vertices and centre first, the LP (HiGHS) when none reaches ``want``;
+    every value is recomputed at its input (``row_values``), never taken from the solver."""
+    from scipy.optimize import linprog
+    m = len(u_lo)
+    cands = np.array(list(itertools.product(*zip(u_lo, u_hi))) + [0.5 * (u_lo + u_hi)], dtype=float).reshape(-1, m)
+    vals = row_values(rows, cands)
+    best = int(np.argmax(vals))
+    if vals[best] >= want or m == 0:
+        return float(vals[best]), cands[best]
+    if m == 1:              # concave in one variable: bisect on the active row's slope
+        u = _bisect(rows, float(u_lo[0]), float(u_hi[0]))
+        v = float(row_values(rows, u)[0])
+        return (v, u) if v > vals[best] else (float(vals[best]), cands[best])
+    c = np.zeros(m + 1)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=np.hstack([-rows.b, np.ones((len(rows.a), 1))]), b_ub=rows.a,
+                  bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
+    if res.status == 0:
+        u = np.clip(res.x[:m], u_lo, u_hi)
+        v = float(row_values(rows, u)[0])
+        if v > vals[best]:
+            return v, u
+    return float(vals[best]), cands[best]
+
+
+def _bisect(rows: Rows, lo: float, hi: float) -> np.ndarray:
+    """The maximiser of min_p a_p + b_p u over [lo, hi] (one input): where the lowest row
+    rises, the maximum lies to the right."""
+    a, b = rows.a, rows.b[:, 0]
+    for _ in range(64):
+        mid = 0.5 * (lo + hi)
+        if not lo < mid < hi:
+            break
+        v = a + b * mid
+        low = v.min()
+        active = v <= low + 1e-15 * (1.0 + abs(low))
+        if np.all(b[active] > 0):
+            lo = mid
+        elif np.all(b[active] < 0):
+            hi = mid
+        else:
+            return np.array([mid])
+    return np.array([0.5 * (lo + hi)])
+
+
+def no_input_bound(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> float:
+    """An upper bound of max_u min_p a_p + b_p . u by weak duality: for weights lam >= 0 summing
+    to 1 (the LP's duals), it is <= sum lam a + max_u (sum lam b) . u.  < 0 proves that no input
+    in the box satisfies every row: the filter has none to return."""
+    from scipy.optimize import linprog
+    m, P = len(u_lo), len(rows.a)
+    c = np.zeros(m + 1)
+    c[-1] = -1.0
+    res = linprog(c, A_ub=np.hstack([-rows.b, np.ones((P, 1))]), b_ub=rows.a,
+                  bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
+    lam = np.maximum(-np.asarray(res.ineqlin.marginals, float), 0.0) if res.status == 0 else np.ones(P)
+    lam = lam / lam.sum() if lam.sum() > 0 else np.full(P, 1.0 / P)
+    mix_a = float(lam @ rows.a)
+    mix_b = lam @ rows.b
+    best = float(np.maximum(mix_b * u_lo, mix_b * u_hi).sum())
+    slop = rounding_gamma(P + m + 2, U64) * (float(lam @ np.abs(rows.a)) + float((lam @ np.abs(rows.b)) @ np.maximum(np.abs(u_lo), np.abs(u_hi)))) * 2
+    return mix_a + best + slop
