@@ -49,6 +49,7 @@ _UP = 1.0 + 2.0 ** -40       # rounds a short float64 product or sum of nonnegat
 DELTA = 1e-7                 # the filter enforces every row with this margin (units of h per second)
 CUSHION = 2.0 ** -30         # the certifier's relative widening of the tube and of f, G over it
 MAX_UNSTABLE = 10            # neurons unstable over a tube; beyond, 2^k rows would be too many
+PROPAGATION_ROUNDS = 2       # passes of the combinations' sign cuts over their boxes (``_tighten``)
 
 
 class TubeRowsError(ValueError):
@@ -186,12 +187,20 @@ class PieceNet:
         return np.split(rank, np.cumsum(self.widths)[:-1])
 
     def gradients(self, ranges: list[tuple[np.ndarray, np.ndarray]], i: int, enumerate_at_most: int,
-                  cushion: bool = False) -> tuple[np.ndarray, np.ndarray]:
-        """(g (P, n), e (P, n)): box i's gradient intervals [g - e, g + e], one per sign
+                  cushion: bool = False, tube_box: tuple[np.ndarray, np.ndarray] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None]:
+        """(g (P, n), e (P, n), boxes): box i's gradient intervals [g - e, g + e], one per sign
         combination of its ``enumerate_at_most`` first unstable neurons (``_priority``), the
         other unstable neurons' slopes taken as [0, 1]: with all of them enumerated, each row
         is one linear piece; with none, one row holds every piece.  Interval products with
-        their rounding bounded (``cushion``: widened to contain the filter's at any sub-box)."""
+        their rounding bounded (``cushion``: widened to contain the filter's at any sub-box).
+
+        With ``tube_box`` (lo, hi) (n,), each combination also gets the part of the box its
+        pieces can lie in (``boxes``, (P, n) each), and is dropped when that is empty: under it
+        every pre-activation is an affine function of x (an interval one, over the slopes left
+        [0, 1]), so each sign it fixes (stable or enumerated) is a half-space that cuts the
+        box (bound propagation, ``_tighten``; IBP alone cannot see these past the first
+        layer).  The cuts are inclusion-monotone, so a state's boxes lie in its box's."""
         free = [(l, j) for l, (lo, hi) in enumerate(ranges) for j in np.flatnonzero((lo[i] < 0) & (hi[i] > 0))]
         free.sort(key=lambda lj: self._rank[lj[0]][lj[1]])
         chosen = free[:enumerate_at_most]
@@ -204,21 +213,37 @@ class PieceNet:
             m_hi[l][:, j] = 1.0
         for c, (l, j) in enumerate(chosen):
             m_lo[l][:, j] = m_hi[l][:, j] = combos[:, c]
-        W = self.dense[0].weight[None]
-        lo, hi = W * m_lo[0][:, :, None], W * m_hi[0][:, :, None]        # exact: masks are 0 or 1
-        lo, hi = np.minimum(lo, hi), np.maximum(lo, hi)
+        scale = 3.0 if cushion else 1.0
+        first = self.dense[0]
+        J = (np.broadcast_to(first.weight, (P,) + first.weight.shape),) * 2       # d z / d x, exact
+        off = (np.broadcast_to(first.bias, (P, first.out_dim)),) * 2              # z at x = 0, exact
+        signs = []                  # per hidden layer: (A lo, A hi, c hi, fixed) of "A x + c >= 0 somewhere"
         for k, layer in enumerate(self.dense[1:], start=1):
-            Wp, Wn = np.maximum(layer.weight, 0.0), np.minimum(layer.weight, 0.0)
-            err = rounding_gamma(layer.in_dim + 2, U64) * (np.abs(layer.weight) @ np.maximum(np.abs(lo), np.abs(hi)))
-            err = err * _UP * _UP * (3.0 if cushion else 1.0)
-            lo, hi = (np.nextafter(Wp @ lo + Wn @ hi - err, -np.inf), np.nextafter(Wp @ hi + Wn @ lo + err, np.inf))
-            if k < len(self.dense) - 1:
-                ml, mh = m_lo[k][:, :, None], m_hi[k][:, :, None]
-                lo, hi = np.where(mh == 0, 0.0, np.where(ml == 1, lo, np.minimum(lo, 0.0))), \
-                    np.where(mh == 0, 0.0, np.where(ml == 1, hi, np.maximum(hi, 0.0)))
-        lo, hi = lo[:, 0, :], hi[:, 0, :]
+            ml, mh = m_lo[k - 1], m_hi[k - 1]
+            active, inactive = ml == 1, mh == 0
+            a_lo = np.where(active[:, :, None], J[0], -J[1])
+            a_hi = np.where(active[:, :, None], J[1], -J[0])
+            signs.append((a_lo, a_hi, np.where(active, off[1], -off[0]), active | inactive))
+            J = _masked(J, ml[:, :, None], mh[:, :, None])
+            off = _masked(off, ml, mh)
+            J = _matmul(layer.weight, J, scale)
+            off = _matmul(layer.weight, off, scale, layer.bias)
+        boxes = None
+        if tube_box is not None:
+            boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
+            for _ in range(PROPAGATION_ROUNDS):
+                for a_lo, a_hi, c_hi, fixed in signs:
+                    boxes = _tighten(boxes, a_lo, a_hi, c_hi, fixed, scale)
+            keep = np.all(boxes[0] <= boxes[1], axis=1)
+            if not keep.any():      # never (each state of the box lies on some piece): keep all
+                keep[:] = True
+                boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
+            boxes = (boxes[0][keep], boxes[1][keep])
+        else:
+            keep = np.ones(P, dtype=bool)
+        lo, hi = J[0][keep, 0, :], J[1][keep, 0, :]
         mid = 0.5 * (lo + hi)
-        return mid, np.maximum(mid - lo, hi - mid) * _UP
+        return mid, np.maximum(mid - lo, hi - mid) * _UP, boxes
 
     @staticmethod
     def unstable(ranges: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -250,9 +275,73 @@ class PieceNet:
             if not ok[i]:
                 out.append(None)
                 continue
-            g, e = self.gradients(ranges, i, cap, cushion)
-            out.append(_rows(g, e, f[i], G[i], spec.gamma * h_lo[i], spec.u_extent, cushion))
+            g, e, boxes = self.gradients(ranges, i, cap, cushion, (R.lo[i], R.hi[i]))
+            if cap:                 # f and G over each combination's own part of the tube
+                part = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
+                fi, Gi = (_widen(part.f), _widen(part.G)) if cushion else (part.f, part.G)
+            else:
+                fi, Gi = f[i][None], G[i][None]
+            out.append(_rows(g, e, fi, Gi, spec.gamma * h_lo[i], spec.u_extent, cushion))
         return out, count
+
+
+def _tighten(boxes: tuple[np.ndarray, np.ndarray], a_lo: np.ndarray, a_hi: np.ndarray, c_hi: np.ndarray,
+             fixed: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
+    """Each combination's box (P, n) cut by its constraints  max over A in [a_lo, a_hi] of A x
+    + c_hi >= 0  (P, h, n), one coordinate at a time where A's sign is fixed: with need = -c_hi
+    - the others' largest contribution, phi(x_i) = max(a_lo x_i, a_hi x_i) >= need bounds x_i
+    (phi is monotone).  Rounding always loosens a cut (``scale`` 3: the certifier's cushion)."""
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):   # an emptied box (lo = inf) stays empty
+        return _cut(boxes, a_lo, a_hi, c_hi, fixed, scale)
+
+
+def _cut(boxes, a_lo, a_hi, c_hi, fixed, scale):
+    lo, hi = boxes
+    l3, h3 = lo[:, None, :], hi[:, None, :]
+    part = np.maximum(np.maximum(a_lo * l3, a_lo * h3), np.maximum(a_hi * l3, a_hi * h3))   # (P, h, n)
+    part = np.where(fixed[:, :, None], part, 0.0)
+    total = part.sum(-1)
+    err = rounding_gamma(lo.shape[1] + 2, U64) * (np.abs(part).sum(-1) + np.abs(c_hi)) * _UP * scale
+    need = -c_hi[:, :, None] - (total[:, :, None] - part) - err[:, :, None]         # (P, h, n), low side
+    need = need - np.abs(need) * (4 * U64 * scale)
+    up = fixed[:, :, None] & (a_lo > 0)              # phi increasing: x_i >= phi^-1(need)
+    low_cut = np.where(need >= 0, need / a_hi, need / a_lo)
+    low_cut = np.where(up, low_cut - np.abs(low_cut) * (4 * U64 * scale) - 1e-300, -np.inf)
+    down = fixed[:, :, None] & (a_hi < 0)            # phi decreasing: x_i <= phi^-1(need)
+    high_cut = np.where(need >= 0, need / a_lo, need / a_hi)
+    high_cut = np.where(down, high_cut + np.abs(high_cut) * (4 * U64 * scale) + 1e-300, np.inf)
+    empty = np.any(fixed & (total + c_hi + err < 0), axis=1)    # a sign no state of the box has
+    new_lo = np.maximum(lo, np.nan_to_num(low_cut, nan=-np.inf).max(axis=1))
+    new_lo = np.where(empty[:, None], np.inf, new_lo)
+    new_hi = np.minimum(hi, np.nan_to_num(high_cut, nan=np.inf).min(axis=1))
+    if scale > 1.0:                                  # the certifier's cut: a little looser still
+        pad = CUSHION * (np.abs(new_lo) + np.abs(new_hi)) + 1e-300
+        new_lo, new_hi = np.maximum(lo, new_lo - pad), np.minimum(hi, new_hi + pad)
+        new_lo = np.where(empty[:, None], np.inf, new_lo)
+    return new_lo, new_hi
+
+
+def _masked(x: tuple[np.ndarray, np.ndarray], ml: np.ndarray, mh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An interval times a 0/1 mask, or times [0, 1] where ml = 0 and mh = 1 (exact)."""
+    lo, hi = x
+    return (np.where(mh == 0, 0.0, np.where(ml == 1, lo, np.minimum(lo, 0.0))),
+            np.where(mh == 0, 0.0, np.where(ml == 1, hi, np.maximum(hi, 0.0))))
+
+
+def _matmul(W: np.ndarray, x: tuple[np.ndarray, np.ndarray], scale: float, bias: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """W @ x (+ bias) over x's middle axis (P, width, ...) for an interval x, its rounding
+    bounded (Higham), times ``scale`` (3 for the certifier's cushion)."""
+    lo, hi = x
+    Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
+    mag = np.einsum("oi,pi...->po...", np.abs(W), np.maximum(np.abs(lo), np.abs(hi)))
+    out_lo = np.einsum("oi,pi...->po...", Wp, lo) + np.einsum("oi,pi...->po...", Wn, hi)
+    out_hi = np.einsum("oi,pi...->po...", Wp, hi) + np.einsum("oi,pi...->po...", Wn, lo)
+    if bias is not None:
+        out_lo, out_hi = out_lo + bias, out_hi + bias
+        mag = mag + np.abs(bias)
+    err = rounding_gamma(W.shape[1] + 2, U64) * mag * _UP * _UP * scale
+    return np.nextafter(out_lo - err, -np.inf), np.nextafter(out_hi + err, np.inf)
 
 
 def _dot(gl: np.ndarray, gh: np.ndarray, fl: np.ndarray, fh: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -265,12 +354,12 @@ def _dot(gl: np.ndarray, gh: np.ndarray, fl: np.ndarray, fh: np.ndarray) -> tupl
 
 
 def _rows(g: np.ndarray, e: np.ndarray, f: Interval, G: Interval, level: float, umax: np.ndarray, cushion: bool) -> Rows:
-    """The rows of gradients in [g - e, g + e] (P, n) over a tube where f (n,) and G (n, m)
-    range: a = min g . f + level - (b's radius) . |u|max, b = b's midpoint (module docstring;
+    """The rows of gradients in [g - e, g + e] (P, n) over a tube where f (P or 1, n) and G
+    (P or 1, n, m) range: a = min g . f + level - (b's radius) . |u|max, b = b's midpoint (module docstring;
     the certifier takes the radius twice, which puts its rows below the filter's)."""
     gl, gh = np.nextafter(g - e, -np.inf), np.nextafter(g + e, np.inf)
-    a_lo, a_hi = _dot(gl, gh, f.lo[None], f.hi[None])
-    b_lo, b_hi = _dot(gl[:, None, :], gh[:, None, :], G.lo.T[None], G.hi.T[None])
+    a_lo, a_hi = _dot(gl, gh, f.lo, f.hi)
+    b_lo, b_hi = _dot(gl[:, None, :], gh[:, None, :], np.swapaxes(G.lo, 1, 2), np.swapaxes(G.hi, 1, 2))
     if cushion:
         a_lo, b_lo, b_hi = _widen_lo(a_lo, a_hi), _widen_lo(b_lo, b_hi), -_widen_lo(-b_hi, -b_lo)
     mid = 0.5 * (b_lo + b_hi)
