@@ -211,3 +211,50 @@ def test_on_the_roof_a_held_input_crosses_the_ridge_under_one_row_and_not_under_
     h_tube = _h64(roof().double(), tube.x.reshape(-1, 2))
     assert h_one.min() < -1e-3
     assert h_tube.min() >= -1e-9
+
+
+def test_the_roof_is_certified_for_the_tube_filter_at_10_ms(roof_plant):
+    """Drift 0.1: u = 0 serves both pieces of the ridge, with room for the period's drift."""
+    from training.certify import certify_module
+    cert = certify_module(roof(), roof_plant.Roof(roof_plant.RoofParams(drift=0.1)), condition="tube", dt=0.01,
+                          class_k="linear:1", scope="in-domain", time_limit=120)
+    assert cert.certified, cert.summary()
+    assert "tube filter" in cert.claim and cert.condition == "tube"
+
+
+def test_the_roof_without_a_common_input_is_refused_at_its_ridge_and_the_replay_agrees(roof_plant, tmp_path):
+    """Drift -1/2: on {h = 0} near the ridge no input satisfies both pieces' rows (u >= 1/3 and
+    u <= -1): a feasibility counterexample within a tube's width of the ridge, confirmed by
+    weak duality, and ``--replay`` finds the same."""
+    from training.certify import certify_module
+    net = roof()
+    cert = certify_module(net, roof_plant.Roof(), condition="tube", dt=0.01, class_k="linear:1", scope="in-domain",
+                          time_limit=120, onnx_path=tmp_path / "roof.onnx")
+    assert not cert.certified
+    found = cert.conditions["feasibility"].counterexamples
+    assert found, cert.summary()
+    a = ridge_point(net)[0]
+    for c in found:
+        assert c["value"] < 0 and abs(c["x"][0] - a) <= 0.05, c
+    out = cli_in_process(shlex.split(found[0]["replay"])[1:])
+    assert out.returncode == 3 and "feasibility  VIOLATED" in out.stdout, out.stdout + out.stderr
+    assert "tube filter" in out.stdout
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--dt", "0"], "needs --dt > 0"),
+    (["--margin", "0.1"], "--condition tube has no margin"),
+])
+def test_the_tube_condition_refuses_what_it_cannot_prove_in_one_line(roof_plant, tmp_path, args, message):
+    from training.network import export_onnx
+    onnx = export_onnx(roof(), tmp_path / "roof.onnx", 2)
+    out = cli_in_process(["certify", str(onnx), "--system", "roof_plant:Roof", "--condition", "tube",
+                          "--class-k", "linear:1", "--claim", "in-domain", "--dt", "0.01", *args])
+    assert out.returncode != 0 and message in out.stderr and len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_a_softplus_network_is_refused_by_the_tube_filter_naming_the_layer():
+    from cbfsim.filters import TubeFilter
+    net = nn.Sequential(nn.Linear(3, 8), nn.Softplus(), nn.Linear(8, 1))
+    with pytest.raises(ValueError, match="needs a ReLU network.*softplus"):
+        TubeFilter(net, get_system("obstacle_avoidance"), dt=0.01)

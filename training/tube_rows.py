@@ -334,9 +334,15 @@ def _matmul(W: np.ndarray, x: tuple[np.ndarray, np.ndarray], scale: float, bias:
     bounded (Higham), times ``scale`` (3 for the certifier's cushion)."""
     lo, hi = x
     Wp, Wn = np.maximum(W, 0.0), np.minimum(W, 0.0)
-    mag = np.einsum("oi,pi...->po...", np.abs(W), np.maximum(np.abs(lo), np.abs(hi)))
-    out_lo = np.einsum("oi,pi...->po...", Wp, lo) + np.einsum("oi,pi...->po...", Wn, hi)
-    out_hi = np.einsum("oi,pi...->po...", Wp, hi) + np.einsum("oi,pi...->po...", Wn, lo)
+    if lo.ndim == 2:                       # (P, width): rows
+        def mm(A, v):
+            return v @ A.T
+    else:                                  # (P, width, n): stacked matrices
+        def mm(A, v):
+            return np.matmul(A, v)
+    mag = mm(np.abs(W), np.maximum(np.abs(lo), np.abs(hi)))
+    out_lo = mm(Wp, lo) + mm(Wn, hi)
+    out_hi = mm(Wp, hi) + mm(Wn, lo)
     if bias is not None:
         out_lo, out_hi = out_lo + bias, out_hi + bias
         mag = mag + np.abs(bias)

@@ -23,7 +23,7 @@ def parse_class_k(text: str | None, order: int, condition: str) -> dict[str, flo
             raise CertifyError(f"--condition boundary has no class-K term; drop --class-k {text}")
         return {"gamma": 0.0}
     if text is None:
-        raise CertifyError("--condition filter needs the filter's class-K function: --class-k linear:GAMMA "
+        raise CertifyError(f"--condition {condition} needs the filter's class-K function: --class-k linear:GAMMA "
                            "(or --condition boundary, which has none)")
     kind, _, rest = str(text).partition(":")
     try:
