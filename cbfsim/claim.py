@@ -33,6 +33,7 @@ class Claim:
     lo: np.ndarray | None = None             # the box the sampled states must stay in (-inf/+inf: any value)
     hi: np.ndarray | None = None
     findings: list[Finding] = field(default_factory=list)   # the certificate does not apply as loaded
+    condition: str = "filter"                # "filter" (the one-row filter), "tube" (the tube filter), ...
 
     @property
     def holds(self) -> bool:
@@ -51,6 +52,17 @@ class Claim:
             found.append(Finding("margin_below_certified", f"the filter margin {eps:g} is below the certified "
                                                            f"margin {self.margin.eps:g}"))
         return found
+
+    def filter_findings(self, name: str) -> list[Finding]:
+        """A run with another filter than the one the certificate proves (``cbfsim simulate
+        --filter``: osqp and projection are the one-row filter, tube the tube filter)."""
+        if not self.holds or name == "none":
+            return []
+        if (self.condition == "tube") != (name == "tube"):
+            proven = "the tube filter (--filter tube)" if self.condition == "tube" else "the one-row filter"
+            return [Finding("filter_not_certified", f"the certificate proves {proven}; --filter {name} runs "
+                                                    f"outside it")]
+        return []
 
     def domain_findings(self, x0: np.ndarray) -> list[Finding]:
         """Initial states outside the certified domain box."""
@@ -106,7 +118,7 @@ def load_claim(card_path: Path, card: Any, system: Any, model_path: Path | None 
     lo, hi = _domain(certificate, card)
     return Claim(certificate, dt=float(certificate["dt"]) if certificate.get("dt") is not None else None,
                  margin=certified_margin(certificate), faces=_faces(certificate, card, system), lo=lo, hi=hi,
-                 findings=findings)
+                 findings=findings, condition=str(certificate.get("condition") or "filter"))
 
 
 def _domain(certificate: Mapping[str, Any], card: Any) -> tuple[np.ndarray | None, np.ndarray | None]:

@@ -61,10 +61,13 @@ def _simulate_parser() -> argparse.ArgumentParser:
                              "certificate's period, else 0.01)")
     parser.add_argument("--substeps", type=positive_int, default=1,
                         help="RK4 steps per control period; raise it for stiff or fast plants")
-    parser.add_argument("--filter", choices=("osqp", "projection", "none"), default=None,
+    parser.add_argument("--filter", choices=("osqp", "projection", "tube", "none"), default=None,
                         help="osqp: the CBF-QP solved by OSQP; projection: the exact one-constraint projection "
-                             "(what the firmware runs); none: the nominal loop, unfiltered, for comparison "
-                             "(default: osqp; none for a plant without inputs, m = 0)")
+                             "(what the firmware runs); tube: the tube filter for ReLU barriers, whose rows hold "
+                             "over the period on every piece it can reach (certified by cbfsim certify "
+                             "--condition tube); none: the nominal loop, unfiltered, for comparison "
+                             "(default: tube when the certificate is for it, else osqp; none for a plant without "
+                             "inputs, m = 0)")
     parser.add_argument("--out", type=Path, default=Path("results") / "simulate",
                         help="directory for trajectory.npz and the figures (created; existing files replaced)")
     parser.add_argument("--strict", action="store_true",
@@ -131,13 +134,13 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     margin = claim.margin if claim.holds else certified_margin(None)   # the certificate holds only with its margin
     faces = claim.faces if claim.holds else ()
     dt = args.dt if args.dt is not None else (claim.dt if claim.holds and claim.dt else 0.01)
+    if args.filter is None:
+        args.filter = ("tube" if claim.holds and claim.condition == "tube" else "osqp") if system.m else "none"
     findings = card_findings(card, certificate) + claim.findings + claim.settings_findings(dt, margin) \
-        + claim.domain_findings(X0)
+        + claim.domain_findings(X0) + claim.filter_findings(args.filter)
     if args.strict:
         report(findings, strict=True, where="")         # refuse before any work (the CLI names itself)
-    if args.filter is None:
-        args.filter = "osqp" if system.m else "none"
-    elif system.m == 0 and args.filter != "none":
+    if system.m == 0 and args.filter != "none":
         parser.error(f"--filter {args.filter}: {system.name} has no inputs (m = 0), there is nothing to filter; "
                      "use --filter none")
     if faces and args.filter == "projection":
@@ -146,6 +149,15 @@ def _simulate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     from .filters import CBFQP, CBFProjection, HOCBFQP
     if args.filter == "none":
         filt = None
+    elif args.filter == "tube":
+        if card.order != 1:
+            parser.error("--filter tube is an order 1 filter; the card's barrier has order 2")
+        from .filters import TubeFilter
+        try:
+            filt = TubeFilter(card.onnx_path(args.card), system, dt, gains["gamma"],
+                              domain=(card.domain_lo, card.domain_hi))
+        except ValueError as e:
+            parser.error(f"--filter tube: {e}")
     elif card.order == 1:
         filt = (CBFQP(system, Linear(gains["gamma"]), margin=margin, faces=faces) if args.filter == "osqp"
                 else CBFProjection(system, Linear(gains["gamma"]), margin=margin))

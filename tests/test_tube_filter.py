@@ -258,3 +258,14 @@ def test_a_softplus_network_is_refused_by_the_tube_filter_naming_the_layer():
     net = nn.Sequential(nn.Linear(3, 8), nn.Softplus(), nn.Linear(8, 1))
     with pytest.raises(ValueError, match="needs a ReLU network.*softplus"):
         TubeFilter(net, get_system("obstacle_avoidance"), dt=0.01)
+
+
+def test_a_certificate_for_one_filter_does_not_cover_a_run_with_the_other():
+    from cbfsim.claim import Claim
+    tube = Claim({"certified": True}, condition="tube")
+    row = Claim({"certified": True}, condition="filter")
+    assert [f.kind for f in tube.filter_findings("osqp")] == ["filter_not_certified"]
+    assert [f.kind for f in tube.filter_findings("projection")] == ["filter_not_certified"]
+    assert tube.filter_findings("tube") == [] and row.filter_findings("osqp") == []
+    assert [f.kind for f in row.filter_findings("tube")] == ["filter_not_certified"]
+    assert Claim(None, condition="tube").filter_findings("osqp") == []

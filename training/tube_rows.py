@@ -16,9 +16,11 @@ every piece the period can reach, over the states it can reach:
      one of them wherever it is differentiable.  The first MAX_UNSTABLE of them in one fixed
      order (``_priority``) are enumerated; the rest keep the slope interval [0, 1], so each
      row's gradient interval holds the gradients of all the pieces its combination allows.
+     Each combination's box is R cut by the half-spaces of the signs it fixes (its
+     pre-activations are affine in x there); a combination whose box empties is dropped.
   3. Rows.  For each combination, a_p + b_p . u >= DELTA with a_p a lower bound of g . f over
-     R and the gradient interval, plus gamma h_lo(x_k), and b_p . u a lower bound of g . G u
-     (mid and radius).
+     its box and the gradient interval, plus gamma h_lo(x_k), and b_p . u a lower bound of
+     g . G u (mid and radius).
 
 Then along the period d/dt h(x(t)) >= -gamma h(x_k) almost everywhere (h is piecewise affine
 and Lipschitz, so d/dt h(x(t)) is g_p . x' for a piece p of R at x(t)), and
