@@ -269,3 +269,25 @@ def test_a_certificate_for_one_filter_does_not_cover_a_run_with_the_other():
     assert tube.filter_findings("tube") == [] and row.filter_findings("osqp") == []
     assert [f.kind for f in row.filter_findings("tube")] == ["filter_not_certified"]
     assert Claim(None, condition="tube").filter_findings("osqp") == []
+
+
+def test_the_batched_interval_rows_are_the_one_row_per_box_rows():
+    """The certifier's first stage (every box at once) gives each box's interval row: the same
+    row as ``rows(..., interval=True)`` box by box, to rounding."""
+    T = 0.02
+    system, net, pn, plant, spec, lo, hi = _setup(3, T)
+    rng = np.random.default_rng(7)
+    centre = lo + (hi - lo) * (0.1 + 0.8 * rng.random((50, 3)))
+    half = 0.05 * rng.random((50, 3))
+    box = Interval(centre - half, centre + half)
+    batch, ok = pn.interval_rows(plant, box, spec, cushion=True, in_set=True)
+    single, _ = pn.rows(plant, box, spec, cushion=True, in_set=True, interval=True)
+    assert ok.all()
+    for i, r in enumerate(single):
+        assert len(r.a) == 1
+        assert batch.a[i] == pytest.approx(r.a[0], rel=1e-9, abs=1e-12)
+        assert np.allclose(batch.b[i], r.b[0], rtol=1e-9, atol=1e-12)
+    best = tr.single_row_maximin(batch, spec.u_lo, spec.u_hi)
+    for i in range(len(best)):
+        value, _ = tr.maximin(tr.Rows(batch.a[i:i + 1], batch.b[i:i + 1]), spec.u_lo, spec.u_hi, want=np.inf)
+        assert best[i] == pytest.approx(value, abs=1e-12)

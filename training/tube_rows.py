@@ -215,6 +215,45 @@ class PieceNet:
             m_hi[l][:, j] = 1.0
         for c, (l, j) in enumerate(chosen):
             m_lo[l][:, j] = m_hi[l][:, j] = combos[:, c]
+        boxes = None if tube_box is None else (np.repeat(tube_box[0][None], P, axis=0),
+                                               np.repeat(tube_box[1][None], P, axis=0))
+        g, e, boxes, keep = self._chain(m_lo, m_hi, boxes, cushion)
+        if boxes is None:
+            return g, e, None
+        if not keep.any():          # never (each state of the box lies on some piece): keep all, uncut
+            keep[:] = True
+            boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
+        return g[keep], e[keep], (boxes[0][keep], boxes[1][keep])
+
+    def interval_rows(self, plant, X: Interval, spec: TubeSpec, cushion: bool = False, in_set: bool = False
+                      ) -> tuple[Rows, np.ndarray]:
+        """``rows(..., interval=True)`` for every box at once: (Rows with a (B,), b (B, m), ok (B,)
+        where the tube closed and the cut left the box non-empty)."""
+        from training.certify.terms import plant_terms
+        R, ok = tube(plant, X, spec, cushion)
+        ranges, _, _ = self.bounds(R, cushion)
+        _, h, spread = self.bounds(X, cushion)
+        h_lo = np.maximum(h.lo, -spread) if in_set else h.lo
+        g, e, boxes, kept = self.interval_gradients(ranges, R, cushion)
+        boxes = (np.where(kept[:, None], boxes[0], R.lo), np.where(kept[:, None], boxes[1], R.hi))
+        part = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
+        f, G = (_widen(part.f), _widen(part.G)) if cushion else (part.f, part.G)
+        return _rows(g, e, f, G, spec.gamma * h_lo, spec.u_extent, cushion), ok
+
+    def interval_gradients(self, ranges: list[tuple[np.ndarray, np.ndarray]], tubes: Interval, cushion: bool = False
+                           ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
+        """``gradients`` with no neuron enumerated, for every box at once: (g, e, boxes, kept),
+        one row per box (B, n), the tube cut by the stable signs."""
+        m = [(lo >= 0).astype(float) for lo, _ in ranges]
+        m_hi = [np.where((lo < 0) & (hi > 0), 1.0, mk) for (lo, hi), mk in zip(ranges, m)]
+        return self._chain(m, m_hi, (tubes.lo.copy(), tubes.hi.copy()), cushion)
+
+    def _chain(self, m_lo: list[np.ndarray], m_hi: list[np.ndarray], boxes: tuple[np.ndarray, np.ndarray] | None,
+               cushion: bool) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None, np.ndarray]:
+        """Rows' gradient intervals (g, e) (P, n) for slope masks [m_lo, m_hi] per hidden layer
+        (P, width), each row's box cut by the signs its masks fix (``boxes``, (P, n) each, or
+        None), and which rows' boxes are not empty."""
+        P = m_lo[0].shape[0]
         scale = 3.0 if cushion else 1.0
         first = self.dense[0]
         J = (np.broadcast_to(first.weight, (P,) + first.weight.shape),) * 2       # d z / d x, exact
@@ -230,22 +269,15 @@ class PieceNet:
             off = _masked(off, ml, mh)
             J = _matmul(layer.weight, J, scale)
             off = _matmul(layer.weight, off, scale, layer.bias)
-        boxes = None
-        if tube_box is not None:
-            boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
+        keep = np.ones(P, dtype=bool)
+        if boxes is not None:
             for _ in range(PROPAGATION_ROUNDS):
                 for a_lo, a_hi, c_hi, fixed in signs:
                     boxes = _tighten(boxes, a_lo, a_hi, c_hi, fixed, scale)
             keep = np.all(boxes[0] <= boxes[1], axis=1)
-            if not keep.any():      # never (each state of the box lies on some piece): keep all
-                keep[:] = True
-                boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
-            boxes = (boxes[0][keep], boxes[1][keep])
-        else:
-            keep = np.ones(P, dtype=bool)
-        lo, hi = J[0][keep, 0, :], J[1][keep, 0, :]
+        lo, hi = J[0][:, 0, :], J[1][:, 0, :]
         mid = 0.5 * (lo + hi)
-        return mid, np.maximum(mid - lo, hi - mid) * _UP, boxes
+        return mid, np.maximum(mid - lo, hi - mid) * _UP, boxes, keep
 
     @staticmethod
     def unstable(ranges: list[tuple[np.ndarray, np.ndarray]]) -> np.ndarray:
@@ -372,7 +404,7 @@ def _rows(g: np.ndarray, e: np.ndarray, f: Interval, G: Interval, level: float, 
         a_lo, b_lo, b_hi = _widen_lo(a_lo, a_hi), _widen_lo(b_lo, b_hi), -_widen_lo(-b_hi, -b_lo)
     mid = 0.5 * (b_lo + b_hi)
     rad = np.maximum(mid - b_lo, b_hi - mid) * _UP
-    level = np.nextafter(level, -np.inf) if level != 0 else 0.0
+    level = np.where(level != 0, np.nextafter(level, -np.inf), 0.0)
     reach = (rad * umax).sum(-1) * _UP * (2.0 if cushion else 1.0)
     return Rows(np.nextafter(np.nextafter(a_lo + level, -np.inf) - reach, -np.inf), mid)
 
@@ -421,6 +453,15 @@ def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DE
         if v > vals[best]:
             return v, u
     return float(vals[best]), cands[best]
+
+
+def single_row_maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> np.ndarray:
+    """max over the input box of a + b . u for one row per box (a (B,), b (B, m)): at the
+    vertex b's signs pick, verified there like ``row_values`` (rounding taken off)."""
+    u = np.where(rows.b >= 0, u_hi, u_lo)
+    terms = rows.b * u
+    slop = rounding_gamma(rows.b.shape[1] + 2, U64) * (np.abs(rows.a) + np.abs(terms).sum(-1)) * _UP
+    return rows.a + terms.sum(-1) - slop
 
 
 def _bisect(rows: Rows, lo: float, hi: float) -> np.ndarray:

@@ -22,7 +22,8 @@ from dataclasses import replace
 import numpy as np
 
 from compiler.interval import Interval
-from training.tube_rows import DELTA, PieceNet, TubeRowsError, maximin, no_input_bound, tube_spec
+from training.tube_rows import (DELTA, PieceNet, TubeRowsError, maximin, no_input_bound, single_row_maximin,
+                                tube_spec)
 
 from .problem import CertifyError, Problem
 
@@ -57,14 +58,16 @@ def feasibility(problem: Problem, box: Interval, meets: np.ndarray) -> np.ndarra
     if not len(idx):
         return score
     net, spec = problem.tube_net, problem.tube
-    todo = idx
-    for k in ENUMERATED:
+    rows, ok = net.interval_rows(problem.plant, box[idx], spec, cushion=True, in_set=True)
+    score[idx] = np.where(ok, single_row_maximin(rows, problem.u_lo, problem.u_hi) - 2 * DELTA, TOO_WIDE)
+    todo = idx[ok & (score[idx] < 0)]
+    for k in ENUMERATED[1:]:
         rows, count = net.rows(problem.plant, box[todo], replace(spec, max_unstable=min(k, spec.max_unstable)),
                                cushion=True, in_set=True)
         for j, r in zip(todo, rows):
-            value = TOO_WIDE if r is None else maximin(r, problem.u_lo, problem.u_hi)[0] - 2 * DELTA
-            score[j] = value if k == 0 else max(score[j], value)
-        keep = (score[todo] < 0) & (score[todo] != TOO_WIDE) & (count > k) & (count <= spec.max_unstable + SPARE)
+            if r is not None:
+                score[j] = max(score[j], maximin(r, problem.u_lo, problem.u_hi)[0] - 2 * DELTA)
+        keep = (score[todo] < 0) & (count > k) & (count <= spec.max_unstable + SPARE)
         todo = todo[keep]
         if not len(todo) or k >= spec.max_unstable:
             break
