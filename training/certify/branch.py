@@ -101,7 +101,9 @@ def evaluate_chunk(problem: Problem, eps: float, blo: np.ndarray, bhi: np.ndarra
     rel = (bhi - blo) / span
     proven = bounds.proven
     refuted = _refute(problem, local, blo, bhi, bounds, ~proven, rel, eps)
-    dim = split_sequence(bhi - blo, np.where(problem.read_by_network, bounds.grad_mag, 0.0), problem.splittable, span)
+    # the tube filter's rows read f over every coordinate the plant uses: its weights stand for them
+    weighted = problem.splittable if problem.condition == "tube" else problem.read_by_network
+    dim = split_sequence(bhi - blo, np.where(weighted, bounds.grad_mag, 0.0), problem.splittable, span)
     scores = np.stack([bounds.scores[k] for k in NAMES])
     rounding = (local.rounding, local.rounding_max["h"], local.rounding_max["grad"]) if local.rounding else None
     return ChunkResult(proven, refuted, bounds.inside_set, bounds.meets_set, dim, np.min(scores, axis=0),

@@ -333,9 +333,13 @@ def _tube_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms,
     inf = np.full(box.shape[0], np.inf)
     feas = tube_feasibility(problem, box, meets)
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
+    # the rows move with g . f + gamma h: split where g's pull through f's Jacobian is largest too
+    grad = _split_weights(t32)
+    jac = plant_terms(problem.plant, box, 2).Jf
+    split_by = grad * (1.0 + problem.gains["gamma"]) + np.einsum("bk,bki->bi", grad, np.maximum(np.abs(jac.lo), np.abs(jac.hi)))
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf,
                       "closure": _closure(problem, box, plant, meets), "initial": _initial(problem, box, t32)},
-                     meets, inside, plant.constraint.hi >= 0, worst_u, _split_weights(t32), t32.rounding)
+                     meets, inside, plant.constraint.hi >= 0, worst_u, split_by, t32.rounding)
 
 
 def _piece_containment(problem: Problem, box: Interval, cont: np.ndarray) -> np.ndarray:
