@@ -57,7 +57,7 @@ def test_the_help_check_fails_on_a_flag_that_repeats_its_name_or_hides_its_defau
 
 def test_help_prints_the_defaults():
     text = dict(parsers())["cbfsim simulate"].format_help()
-    assert "(default: 10.0)" in " ".join(text.split()) and "(default: osqp; none for" in " ".join(text.split())
+    assert "(default: 10.0)" in " ".join(text.split()) and "else osqp; none for" in " ".join(text.split())
     assert "(default: the certificate's period, else 0.01)" in " ".join(text.split())
 
 

@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from compiler.errors import CbfsimError
 from compiler.interval import Interval, gamma as rounding_gamma
 from compiler.ir import Activation, Dense
 from compiler.passes import canonicalize
@@ -54,7 +55,7 @@ MAX_UNSTABLE = 10            # neurons unstable over a tube; beyond, 2^k rows wo
 PROPAGATION_ROUNDS = 2       # passes of the combinations' sign cuts over their boxes (``_tighten``)
 
 
-class TubeRowsError(ValueError):
+class TubeRowsError(CbfsimError, ValueError):
     """The network or the problem is outside what the tube filter supports (one line)."""
 
 
