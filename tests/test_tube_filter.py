@@ -53,6 +53,13 @@ def _setup(seed: int, T: float, gamma: float = 1.0):
     return system, net.double(), pn, plant, spec, lo, hi
 
 
+def _boxes(rng, lo: np.ndarray, hi: np.ndarray, count: int, widest: float) -> Interval:
+    """Random boxes inside D, half-widths up to ``widest``."""
+    centre = lo + (hi - lo) * (0.1 + 0.8 * rng.random((count, len(lo))))
+    half = widest * rng.random((count, len(lo)))
+    return Interval(centre - half, centre + half)
+
+
 def _flow(system, x0: np.ndarray, u: np.ndarray, T: float):
     return solve_ivp(lambda t, x: system.f(x[None])[0] + system.G(x[None])[0] @ u, (0.0, T), x0,
                      rtol=1e-11, atol=1e-13, dense_output=True)
@@ -137,9 +144,7 @@ def test_the_certifiers_rows_over_a_box_lie_below_the_filters_at_its_states(enum
     T = 0.05
     system, net, pn, plant, spec, lo, hi = _setup(2, T)
     rng = np.random.default_rng(5)
-    centre = lo + (hi - lo) * (0.1 + 0.8 * rng.random((60, 3)))
-    half = 0.1 * rng.random((60, 3))
-    box = Interval(centre - half, centre + half)
+    box = _boxes(rng, lo, hi, 60, 0.1)
     cert_spec = tr.TubeSpec(spec.T, spec.u_lo, spec.u_hi, spec.gamma, spec.radius, enumerated)
     filt_spec = tr.TubeSpec(spec.T, spec.u_lo, spec.u_hi, spec.gamma, spec.radius, filter_enumerates)
     cert_rows, _ = pn.rows(plant, box, cert_spec, cushion=True, in_set=True)
@@ -276,10 +281,7 @@ def test_the_batched_interval_rows_are_the_one_row_per_box_rows():
     row as ``rows(..., interval=True)`` box by box, to rounding."""
     T = 0.02
     system, net, pn, plant, spec, lo, hi = _setup(3, T)
-    rng = np.random.default_rng(7)
-    centre = lo + (hi - lo) * (0.1 + 0.8 * rng.random((50, 3)))
-    half = 0.05 * rng.random((50, 3))
-    box = Interval(centre - half, centre + half)
+    box = _boxes(np.random.default_rng(7), lo, hi, 50, 0.05)
     batch, ok = pn.interval_rows(plant, box, spec, cushion=True, in_set=True)
     single, _ = pn.rows(plant, box, spec, cushion=True, in_set=True, interval=True)
     assert ok.all()
