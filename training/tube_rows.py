@@ -141,7 +141,6 @@ class PieceNet:
         self.dense = [l for l in layers if isinstance(l, Dense)]
         self.n = self.dense[0].in_dim
         self.widths = [l.out_dim for l in self.dense[:-1]]
-        # the rounding of a pattern's gradient, a chain of products (Higham's gamma over the depth)
         self._rank = self._priority()
 
     def bounds(self, X: Interval, cushion: bool = False) -> tuple[list[tuple[np.ndarray, np.ndarray]], Interval, np.ndarray]:
