@@ -217,7 +217,7 @@ class PieceNet:
             m_lo[l][:, j] = m_hi[l][:, j] = combos[:, c]
         boxes = None if tube_box is None else (np.repeat(tube_box[0][None], P, axis=0),
                                                np.repeat(tube_box[1][None], P, axis=0))
-        g, e, boxes, keep = self._chain(m_lo, m_hi, boxes, cushion)
+        g, e, boxes, keep = self._chain(m_lo, m_hi, boxes, cushion, (ranges[0][0][i] < 0) & (ranges[0][1][i] > 0))
         if boxes is None:
             return g, e, None
         if not keep.any():          # never (each state of the box lies on some piece): keep all, uncut
@@ -246,13 +246,15 @@ class PieceNet:
         one row per box (B, n), the tube cut by the stable signs."""
         m = [(lo >= 0).astype(float) for lo, _ in ranges]
         m_hi = [np.where((lo < 0) & (hi > 0), 1.0, mk) for (lo, hi), mk in zip(ranges, m)]
-        return self._chain(m, m_hi, (tubes.lo.copy(), tubes.hi.copy()), cushion)
+        return self._chain(m, m_hi, (tubes.lo.copy(), tubes.hi.copy()), cushion, np.zeros(self.widths[0], dtype=bool))
 
     def _chain(self, m_lo: list[np.ndarray], m_hi: list[np.ndarray], boxes: tuple[np.ndarray, np.ndarray] | None,
-               cushion: bool) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None, np.ndarray]:
+               cushion: bool, first_free: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                tuple[np.ndarray, np.ndarray] | None, np.ndarray]:
         """Rows' gradient intervals (g, e) (P, n) for slope masks [m_lo, m_hi] per hidden layer
         (P, width), each row's box cut by the signs its masks fix (``boxes``, (P, n) each, or
-        None), and which rows' boxes are not empty."""
+        None), and which rows' boxes are not empty.  Of the first layer only the neurons
+        ``first_free`` (unstable over the tube) cut: the others' signs hold on all of it."""
         P = m_lo[0].shape[0]
         scale = 3.0 if cushion else 1.0
         first = self.dense[0]
@@ -264,7 +266,8 @@ class PieceNet:
             active, inactive = ml == 1, mh == 0
             a_lo = np.where(active[:, :, None], J[0], -J[1])
             a_hi = np.where(active[:, :, None], J[1], -J[0])
-            signs.append((a_lo, a_hi, np.where(active, off[1], -off[0]), active | inactive))
+            fixed = active | inactive
+            signs.append((a_lo, a_hi, np.where(active, off[1], -off[0]), fixed & first_free if k == 1 else fixed))
             J = _masked(J, ml[:, :, None], mh[:, :, None])
             off = _masked(off, ml, mh)
             J = _matmul(layer.weight, J, scale)
@@ -298,24 +301,25 @@ class PieceNet:
         ranges, _, _ = self.bounds(R, cushion)
         _, h, spread = self.bounds(X, cushion)
         h_lo = np.maximum(h.lo, -spread) if in_set else h.lo
-        terms = plant_terms(plant, R, 1)
-        f, G = terms.f, terms.G
-        if cushion:
-            f, G = _widen(f), _widen(G)
         count = self.unstable(ranges)
         cap = 0 if interval else spec.max_unstable
-        out: list[Rows | None] = []
-        for i in range(X.shape[0]):
-            if not ok[i]:
-                out.append(None)
-                continue
-            g, e, boxes = self.gradients(ranges, i, cap, cushion, (R.lo[i], R.hi[i]))
-            if cap:                 # f and G over each combination's own part of the tube
-                part = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
-                fi, Gi = (_widen(part.f), _widen(part.G)) if cushion else (part.f, part.G)
-            else:
-                fi, Gi = f[i][None], G[i][None]
-            out.append(_rows(g, e, fi, Gi, spec.gamma * h_lo[i], spec.u_extent, cushion))
+        parts = [self.gradients(ranges, i, cap, cushion, (R.lo[i], R.hi[i])) if ok[i] else None
+                 for i in range(X.shape[0])]
+        done = [p for p in parts if p is not None]
+        out: list[Rows | None] = [None] * X.shape[0]
+        if not done:
+            return out, count
+        # f and G over each combination's own part of the tube, every box's at once
+        g, e = np.concatenate([p[0] for p in done]), np.concatenate([p[1] for p in done])
+        boxes = Interval(np.concatenate([p[2][0] for p in done]), np.concatenate([p[2][1] for p in done]))
+        sizes = [len(p[0]) for p in done]
+        level = np.repeat(spec.gamma * h_lo[ok], sizes)
+        terms = plant_terms(plant, boxes, 1)
+        f, G = (_widen(terms.f), _widen(terms.G)) if cushion else (terms.f, terms.G)
+        rows = _rows(g, e, f, G, level, spec.u_extent, cushion)
+        starts = np.concatenate([[0], np.cumsum(sizes)])
+        for k, i in enumerate(np.flatnonzero(ok)):
+            out[i] = Rows(rows.a[starts[k]:starts[k + 1]], rows.b[starts[k]:starts[k + 1]])
         return out, count
 
 
