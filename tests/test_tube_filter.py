@@ -282,7 +282,7 @@ def test_the_batched_interval_rows_are_the_one_row_per_box_rows():
     T = 0.02
     system, net, pn, plant, spec, lo, hi = _setup(3, T)
     box = _boxes(np.random.default_rng(7), lo, hi, 50, 0.05)
-    batch, ok = pn.interval_rows(plant, box, spec, cushion=True, in_set=True)
+    batch, ok = pn.interval_rows(plant, pn.tubes(plant, box, spec, cushion=True, in_set=True), spec)
     single, _ = pn.rows(plant, box, spec, cushion=True, in_set=True, interval=True)
     assert ok.all()
     for i, r in enumerate(single):

@@ -225,20 +225,15 @@ class PieceNet:
             boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
         return g[keep], e[keep], (boxes[0][keep], boxes[1][keep])
 
-    def interval_rows(self, plant, X: Interval, spec: TubeSpec, cushion: bool = False, in_set: bool = False
-                      ) -> tuple[Rows, np.ndarray]:
-        """``rows(..., interval=True)`` for every box at once: (Rows with a (B,), b (B, m), ok (B,)
-        where the tube closed and the cut left the box non-empty)."""
+    def interval_rows(self, plant, t: "Tubes", spec: TubeSpec) -> tuple[Rows, np.ndarray]:
+        """``rows_over(..., 0)`` for every box at once: (Rows with a (B,), b (B, m), ok (B,)
+        where the tube closed)."""
         from training.certify.terms import plant_terms
-        R, ok = tube(plant, X, spec, cushion)
-        ranges, _, _ = self.bounds(R, cushion)
-        _, h, spread = self.bounds(X, cushion)
-        h_lo = np.maximum(h.lo, -spread) if in_set else h.lo
-        g, e, boxes, kept = self.interval_gradients(ranges, R, cushion)
-        boxes = (np.where(kept[:, None], boxes[0], R.lo), np.where(kept[:, None], boxes[1], R.hi))
+        g, e, boxes, kept = self.interval_gradients(t.ranges, t.R, t.cushion)
+        boxes = (np.where(kept[:, None], boxes[0], t.R.lo), np.where(kept[:, None], boxes[1], t.R.hi))
         part = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
-        f, G = (_widen(part.f), _widen(part.G)) if cushion else (part.f, part.G)
-        return _rows(g, e, f, G, spec.gamma * h_lo, spec.u_extent, cushion), ok
+        f, G = (_widen(part.f), _widen(part.G)) if t.cushion else (part.f, part.G)
+        return _rows(g, e, f, G, spec.gamma * t.h_lo, spec.u_extent, t.cushion), t.ok
 
     def interval_gradients(self, ranges: list[tuple[np.ndarray, np.ndarray]], tubes: Interval, cushion: bool = False
                            ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray], np.ndarray]:
@@ -287,40 +282,63 @@ class PieceNet:
         """(B,) how many neurons may change sign over each box."""
         return sum(((lo < 0) & (hi > 0)).sum(axis=1) for lo, hi in ranges)
 
+    def tubes(self, plant, X: Interval, spec: TubeSpec, cushion: bool = False, in_set: bool = False) -> "Tubes":
+        """What every set of rows of the boxes X builds on (``Tubes``), computed once.
+        ``cushion``: the certifier's, below what the filter computes at any state of X;
+        ``in_set``: only X's states with h >= 0 are asked about, so gamma h_lo is floored at
+        the rounding spread (no box-width penalty)."""
+        R, ok = tube(plant, X, spec, cushion)
+        ranges, _, _ = self.bounds(R, cushion)
+        _, h, spread = self.bounds(X, cushion)
+        return Tubes(R, ok, ranges, np.maximum(h.lo, -spread) if in_set else h.lo, self.unstable(ranges), cushion)
+
     def rows(self, plant, X: Interval, spec: TubeSpec, cushion: bool = False, in_set: bool = False,
              interval: bool = False) -> tuple[list[Rows | None], np.ndarray]:
         """(rows per box, None where the tube did not close; the unstable count per box): one
         row per sign combination of the first MAX_UNSTABLE unstable neurons (``gradients``),
         or with ``interval`` the one row of the interval gradient, which lies below all of
-        them, so it alone proves feasibility.
-        ``cushion``: the certifier's rows, below those the filter computes at any state of X;
-        ``in_set``: only X's states with h >= 0 are asked about, so gamma h_lo is floored at
-        the rounding spread (no box-width penalty)."""
+        them, so it alone proves feasibility.  ``cushion``, ``in_set``: as ``tubes``."""
+        t = self.tubes(plant, X, spec, cushion, in_set)
+        return self.rows_over(plant, t, spec, 0 if interval else spec.max_unstable), t.count
+
+    def rows_over(self, plant, t: "Tubes", spec: TubeSpec, enumerate_at_most: int) -> list[Rows | None]:
+        """The rows of each of ``t``'s boxes with ``enumerate_at_most`` neurons enumerated."""
         from training.certify.terms import plant_terms
-        R, ok = tube(plant, X, spec, cushion)
-        ranges, _, _ = self.bounds(R, cushion)
-        _, h, spread = self.bounds(X, cushion)
-        h_lo = np.maximum(h.lo, -spread) if in_set else h.lo
-        count = self.unstable(ranges)
-        cap = 0 if interval else spec.max_unstable
-        parts = [self.gradients(ranges, i, cap, cushion, (R.lo[i], R.hi[i])) if ok[i] else None
-                 for i in range(X.shape[0])]
+        R, ok = t.R, t.ok
+        parts = [self.gradients(t.ranges, i, enumerate_at_most, t.cushion, (R.lo[i], R.hi[i])) if ok[i] else None
+                 for i in range(len(ok))]
         done = [p for p in parts if p is not None]
-        out: list[Rows | None] = [None] * X.shape[0]
+        out: list[Rows | None] = [None] * len(ok)
         if not done:
-            return out, count
+            return out
         # f and G over each combination's own part of the tube, every box's at once
         g, e = np.concatenate([p[0] for p in done]), np.concatenate([p[1] for p in done])
         boxes = Interval(np.concatenate([p[2][0] for p in done]), np.concatenate([p[2][1] for p in done]))
         sizes = [len(p[0]) for p in done]
-        level = np.repeat(spec.gamma * h_lo[ok], sizes)
+        level = np.repeat(spec.gamma * t.h_lo[ok], sizes)
         terms = plant_terms(plant, boxes, 1)
-        f, G = (_widen(terms.f), _widen(terms.G)) if cushion else (terms.f, terms.G)
-        rows = _rows(g, e, f, G, level, spec.u_extent, cushion)
+        f, G = (_widen(terms.f), _widen(terms.G)) if t.cushion else (terms.f, terms.G)
+        rows = _rows(g, e, f, G, level, spec.u_extent, t.cushion)
         starts = np.concatenate([[0], np.cumsum(sizes)])
         for k, i in enumerate(np.flatnonzero(ok)):
             out[i] = Rows(rows.a[starts[k]:starts[k + 1]], rows.b[starts[k]:starts[k + 1]])
-        return out, count
+        return out
+
+
+@dataclass
+class Tubes:
+    """Boxes' tubes R (B, n) and whether each closed (ok), the pre-activation ranges over them,
+    h_lo at the boxes' states and the unstable counts; ``cushion``: the certifier's."""
+    R: Interval
+    ok: np.ndarray
+    ranges: list[tuple[np.ndarray, np.ndarray]]
+    h_lo: np.ndarray
+    count: np.ndarray
+    cushion: bool
+
+    def take(self, idx: np.ndarray) -> "Tubes":
+        return Tubes(self.R[idx], self.ok[idx], [(lo[idx], hi[idx]) for lo, hi in self.ranges], self.h_lo[idx],
+                     self.count[idx], self.cushion)
 
 
 def _tighten(boxes: tuple[np.ndarray, np.ndarray], a_lo: np.ndarray, a_hi: np.ndarray, c_hi: np.ndarray,
@@ -436,7 +454,6 @@ def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DE
     """(a verified lower bound of max over the input box of min_p a_p + b_p . u, the input that
     achieves it): the box's vertices and centre first, the LP (HiGHS) when none reaches ``want``;
     every value is recomputed at its input (``row_values``), never taken from the solver."""
-    from scipy.optimize import linprog
     m = len(u_lo)
     cands = np.array(list(itertools.product(*zip(u_lo, u_hi))) + [0.5 * (u_lo + u_hi)], dtype=float).reshape(-1, m)
     vals = row_values(rows, cands)
@@ -447,10 +464,7 @@ def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DE
         u = _bisect(rows, float(u_lo[0]), float(u_hi[0]))
         v = float(row_values(rows, u)[0])
         return (v, u) if v > vals[best] else (float(vals[best]), cands[best])
-    c = np.zeros(m + 1)
-    c[-1] = -1.0
-    res = linprog(c, A_ub=np.hstack([-rows.b, np.ones((len(rows.a), 1))]), b_ub=rows.a,
-                  bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
+    res = _maximin_lp(rows, u_lo, u_hi)
     if res.status == 0:
         u = np.clip(res.x[:m], u_lo, u_hi)
         v = float(row_values(rows, u)[0])
@@ -466,6 +480,15 @@ def single_row_maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> np.nda
     terms = rows.b * u
     slop = rounding_gamma(rows.b.shape[1] + 2, U64) * (np.abs(rows.a) + np.abs(terms).sum(-1)) * _UP
     return rows.a + terms.sum(-1) - slop
+
+
+def _maximin_lp(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray):
+    """HiGHS on  max t  s.t.  t <= a_p + b_p . u,  u in the box  (variables u, t)."""
+    from scipy.optimize import linprog
+    c = np.zeros(len(u_lo) + 1)
+    c[-1] = -1.0
+    return linprog(c, A_ub=np.hstack([-rows.b, np.ones((len(rows.a), 1))]), b_ub=rows.a,
+                   bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
 
 
 def _bisect(rows: Rows, lo: float, hi: float) -> np.ndarray:
@@ -492,12 +515,8 @@ def no_input_bound(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> float:
     """An upper bound of max_u min_p a_p + b_p . u by weak duality: for weights lam >= 0 summing
     to 1 (the LP's duals), it is <= sum lam a + max_u (sum lam b) . u.  < 0 proves that no input
     in the box satisfies every row: the filter has none to return."""
-    from scipy.optimize import linprog
     m, P = len(u_lo), len(rows.a)
-    c = np.zeros(m + 1)
-    c[-1] = -1.0
-    res = linprog(c, A_ub=np.hstack([-rows.b, np.ones((P, 1))]), b_ub=rows.a,
-                  bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
+    res = _maximin_lp(rows, u_lo, u_hi)
     lam = np.maximum(-np.asarray(res.ineqlin.marginals, float), 0.0) if res.status == 0 else np.ones(P)
     lam = lam / lam.sum() if lam.sum() > 0 else np.full(P, 1.0 / P)
     mix_a = float(lam @ rows.a)

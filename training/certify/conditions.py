@@ -127,7 +127,8 @@ def evaluate(problem: Problem, box: Interval, eps: float) -> BoxBounds:
     sampled-data routes may count only on its smallest."""
     order = problem.order
     eps_lo, eps_hi = problem.margin.with_eps(eps).bounds(box.lo, box.hi)
-    plant = plant_terms(problem.plant, box, order)
+    # the tube condition's split weights read J_f too
+    plant = plant_terms(problem.plant, box, 2 if problem.condition == "tube" else order)
     t32 = lie_terms(problem.model, plant, box, order, problem.gains, float32=True)
     t32.h = _tighter_h(problem, box, t32)
     meets, inside = _set_bounds(t32, order)
@@ -335,7 +336,7 @@ def _tube_bounds(problem: Problem, box: Interval, plant: PlantTerms, t32: Terms,
     worst_u = np.tile(0.5 * (problem.u_lo + problem.u_hi), (box.shape[0], 1))
     # the rows move with g . f + gamma h: split where g's pull through f's Jacobian is largest too
     grad = _split_weights(t32)
-    jac = plant_terms(problem.plant, box, 2).Jf
+    jac = plant.Jf
     split_by = grad * (1.0 + problem.gains["gamma"]) + np.einsum("bk,bki->bi", grad, np.maximum(np.abs(jac.lo), np.abs(jac.hi)))
     return BoxBounds({"containment": cont, "feasibility": feas, "sampled_data": inf,
                       "closure": _closure(problem, box, plant, meets), "initial": _initial(problem, box, t32)},

@@ -17,8 +17,6 @@ proven by weak duality (``tube_rows.no_input_bound``): the filter has nothing to
 """
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from compiler.interval import Interval
@@ -58,16 +56,16 @@ def feasibility(problem: Problem, box: Interval, meets: np.ndarray) -> np.ndarra
     if not len(idx):
         return score
     net, spec = problem.tube_net, problem.tube
-    rows, ok = net.interval_rows(problem.plant, box[idx], spec, cushion=True, in_set=True)
+    tubes = net.tubes(problem.plant, box[idx], spec, cushion=True, in_set=True)
+    rows, ok = net.interval_rows(problem.plant, tubes, spec)
     score[idx] = np.where(ok, single_row_maximin(rows, problem.u_lo, problem.u_hi) - 2 * DELTA, TOO_WIDE)
-    todo = idx[ok & (score[idx] < 0)]
+    todo = np.flatnonzero(ok & (score[idx] < 0))          # positions in idx
     for k in ENUMERATED[1:]:
-        rows, count = net.rows(problem.plant, box[todo], replace(spec, max_unstable=min(k, spec.max_unstable)),
-                               cushion=True, in_set=True)
-        for j, r in zip(todo, rows):
+        part = tubes.take(todo)
+        for j, r in zip(idx[todo], net.rows_over(problem.plant, part, spec, min(k, spec.max_unstable))):
             if r is not None:
                 score[j] = max(score[j], maximin(r, problem.u_lo, problem.u_hi)[0] - 2 * DELTA)
-        keep = (score[todo] < 0) & (count > k) & (count <= spec.max_unstable + SPARE)
+        keep = (score[idx[todo]] < 0) & (part.count > k) & (part.count <= spec.max_unstable + SPARE)
         todo = todo[keep]
         if not len(todo) or k >= spec.max_unstable:
             break
