@@ -203,27 +203,66 @@ class PieceNet:
         [0, 1]), so each sign it fixes (stable or enumerated) is a half-space that cuts the
         box (bound propagation, ``_tighten``; IBP alone cannot see these past the first
         layer).  The cuts are inclusion-monotone, so a state's boxes lie in its box's."""
-        free = [(l, j) for l, (lo, hi) in enumerate(ranges) for j in np.flatnonzero((lo[i] < 0) & (hi[i] > 0))]
-        free.sort(key=lambda lj: self._rank[lj[0]][lj[1]])
-        chosen = free[:enumerate_at_most]
-        combos = np.array(list(itertools.product((0.0, 1.0), repeat=len(chosen))), dtype=float).reshape(
-            2 ** len(chosen), len(chosen))
-        P = len(combos)
-        m_lo = [np.repeat((lo[i] >= 0).astype(float)[None], P, axis=0) for lo, _ in ranges]
-        m_hi = [np.repeat((lo[i] >= 0).astype(float)[None], P, axis=0) for lo, _ in ranges]
-        for l, j in free[enumerate_at_most:]:
-            m_hi[l][:, j] = 1.0
-        for c, (l, j) in enumerate(chosen):
-            m_lo[l][:, j] = m_hi[l][:, j] = combos[:, c]
-        boxes = None if tube_box is None else (np.repeat(tube_box[0][None], P, axis=0),
-                                               np.repeat(tube_box[1][None], P, axis=0))
-        g, e, boxes, keep = self._chain(m_lo, m_hi, boxes, cushion, (ranges[0][0][i] < 0) & (ranges[0][1][i] > 0))
-        if boxes is None:
-            return g, e, None
-        if not keep.any():          # never (each state of the box lies on some piece): keep all, uncut
-            keep[:] = True
-            boxes = (np.repeat(tube_box[0][None], P, axis=0), np.repeat(tube_box[1][None], P, axis=0))
-        return g[keep], e[keep], (boxes[0][keep], boxes[1][keep])
+        one = None if tube_box is None else (tube_box[0][None], tube_box[1][None])
+        g, e, boxes, _ = self.combinations([(lo[i:i + 1], hi[i:i + 1]) for lo, hi in ranges], enumerate_at_most,
+                                           cushion, one)
+        return g, e, boxes
+
+    def combinations(self, ranges: list[tuple[np.ndarray, np.ndarray]], enumerate_at_most: int,
+                     cushion: bool = False, tubes: tuple[np.ndarray, np.ndarray] | None = None,
+                     chunk: int = 4096) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray] | None,
+                                                 np.ndarray]:
+        """``gradients`` for every box of ``ranges`` (B boxes) at once: (g, e, boxes, owner),
+        the rows of all boxes stacked box after box, ``owner`` (P,) the box of each row.
+        ``tubes`` (lo, hi) (B, n) each.  Chained in chunks of about ``chunk`` rows."""
+        lo_all = np.concatenate([lo for lo, _ in ranges], axis=1)
+        hi_all = np.concatenate([hi for _, hi in ranges], axis=1)
+        unstable = (lo_all < 0) & (hi_all > 0)
+        on = (lo_all >= 0).astype(float)
+        k = int(min(enumerate_at_most, unstable.shape[1]))
+        # each box's first k unstable neurons in the fixed order (stable ones sort last)
+        key = np.where(unstable, np.concatenate(self._rank)[None], np.iinfo(np.int64).max)
+        chosen = np.argsort(key, axis=1, kind="stable")[:, :k]
+        count = np.minimum(unstable.sum(axis=1), k)
+        sizes = 2 ** count
+        cuts = np.cumsum(self.widths)[:-1]
+        parts, groups, begin, total = [], [], 0, 0
+        for b, size in enumerate(sizes):            # chunks of whole boxes
+            if total and total + size > chunk:
+                groups.append((begin, b))
+                begin, total = b, 0
+            total += size
+        groups.append((begin, len(sizes)))
+        for b0, b1 in groups:
+            owner = np.repeat(np.arange(b0, b1), sizes[b0:b1])
+            combo = np.arange(len(owner)) - np.repeat(np.cumsum(sizes[b0:b1]) - sizes[b0:b1], sizes[b0:b1])
+            m_lo, m_hi = on[owner], np.where(unstable[owner], 1.0, on[owner])
+            L = count[owner]
+            for t in range(k):                      # itertools.product's order: the first chosen is the top bit
+                row = np.flatnonzero(t < L)
+                bit = ((combo[row] >> (L[row] - 1 - t)) & 1).astype(float)
+                m_lo[row, chosen[owner[row], t]] = bit
+                m_hi[row, chosen[owner[row], t]] = bit
+            boxes = None if tubes is None else (tubes[0][owner], tubes[1][owner])
+            first_free = unstable[owner, :self.widths[0]]
+            g, e, boxes, keep = self._chain(np.split(m_lo, cuts, axis=1), np.split(m_hi, cuts, axis=1), boxes,
+                                            cushion, first_free)
+            if boxes is not None:
+                # never (each state of a box lies on some piece): a box with no row left keeps all, uncut
+                lost = np.bincount(owner[keep] - b0, minlength=b1 - b0) == 0
+                if lost.any():
+                    back = lost[owner - b0]
+                    keep = keep | back
+                    boxes = (np.where(back[:, None], tubes[0][owner], boxes[0]),
+                             np.where(back[:, None], tubes[1][owner], boxes[1]))
+                g, e, owner, boxes = g[keep], e[keep], owner[keep], (boxes[0][keep], boxes[1][keep])
+            parts.append((g, e, boxes, owner))
+        g = np.concatenate([p[0] for p in parts])
+        e = np.concatenate([p[1] for p in parts])
+        owner = np.concatenate([p[3] for p in parts])
+        boxes = None if tubes is None else (np.concatenate([p[2][0] for p in parts]),
+                                            np.concatenate([p[2][1] for p in parts]))
+        return g, e, boxes, owner
 
     def interval_rows(self, plant, t: "Tubes", spec: TubeSpec) -> tuple[Rows, np.ndarray]:
         """``rows_over(..., 0)`` for every box at once: (Rows with a (B,), b (B, m), ok (B,)
@@ -304,23 +343,18 @@ class PieceNet:
     def rows_over(self, plant, t: "Tubes", spec: TubeSpec, enumerate_at_most: int) -> list[Rows | None]:
         """The rows of each of ``t``'s boxes with ``enumerate_at_most`` neurons enumerated."""
         from training.certify.terms import plant_terms
-        R, ok = t.R, t.ok
-        parts = [self.gradients(t.ranges, i, enumerate_at_most, t.cushion, (R.lo[i], R.hi[i])) if ok[i] else None
-                 for i in range(len(ok))]
-        done = [p for p in parts if p is not None]
-        out: list[Rows | None] = [None] * len(ok)
-        if not done:
+        out: list[Rows | None] = [None] * len(t.ok)
+        done = np.flatnonzero(t.ok)
+        if not len(done):
             return out
+        g, e, boxes, owner = self.combinations([(lo[done], hi[done]) for lo, hi in t.ranges], enumerate_at_most,
+                                               t.cushion, (t.R.lo[done], t.R.hi[done]))
         # f and G over each combination's own part of the tube, every box's at once
-        g, e = np.concatenate([p[0] for p in done]), np.concatenate([p[1] for p in done])
-        boxes = Interval(np.concatenate([p[2][0] for p in done]), np.concatenate([p[2][1] for p in done]))
-        sizes = [len(p[0]) for p in done]
-        level = np.repeat(spec.gamma * t.h_lo[ok], sizes)
-        terms = plant_terms(plant, boxes, 1)
+        terms = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
         f, G = (_widen(terms.f), _widen(terms.G)) if t.cushion else (terms.f, terms.G)
-        rows = _rows(g, e, f, G, level, spec.u_extent, t.cushion)
-        starts = np.concatenate([[0], np.cumsum(sizes)])
-        for k, i in enumerate(np.flatnonzero(ok)):
+        rows = _rows(g, e, f, G, spec.gamma * t.h_lo[done][owner], spec.u_extent, t.cushion)
+        starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(done)))])
+        for k, i in enumerate(done):
             out[i] = Rows(rows.a[starts[k]:starts[k + 1]], rows.b[starts[k]:starts[k + 1]])
         return out
 
@@ -464,9 +498,9 @@ def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DE
         u = _bisect(rows, float(u_lo[0]), float(u_hi[0]))
         v = float(row_values(rows, u)[0])
         return (v, u) if v > vals[best] else (float(vals[best]), cands[best])
-    res = _maximin_lp(rows, u_lo, u_hi)
-    if res.status == 0:
-        u = np.clip(res.x[:m], u_lo, u_hi)
+    solved = _maximin_lp(rows, u_lo, u_hi)
+    if solved is not None:
+        u = np.clip(solved[0][:m], u_lo, u_hi)
         v = float(row_values(rows, u)[0])
         if v > vals[best]:
             return v, u
@@ -482,13 +516,40 @@ def single_row_maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> np.nda
     return rows.a + terms.sum(-1) - slop
 
 
-def _maximin_lp(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray):
-    """HiGHS on  max t  s.t.  t <= a_p + b_p . u,  u in the box  (variables u, t)."""
-    from scipy.optimize import linprog
-    c = np.zeros(len(u_lo) + 1)
-    c[-1] = -1.0
-    return linprog(c, A_ub=np.hstack([-rows.b, np.ones((len(rows.a), 1))]), b_ub=rows.a,
-                   bounds=[(lo, hi) for lo, hi in zip(u_lo, u_hi)] + [(None, None)], method="highs")
+def _maximin_lp(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """HiGHS on  max t  s.t.  t - b_p . u <= a_p,  u in the box  (variables u, t): (the
+    solution, the rows' duals (<= 0)), None unless optimal.  One solver per process, its model
+    replaced each call (scipy's linprog spent 5x HiGHS's own time on option checks here)."""
+    global _LP
+    import highspy as hs
+    if _LP is None:
+        from training.certify.regions import _quiet
+        _LP = _quiet(hs.Highs)
+        _LP.setOptionValue("output_flag", False)
+        _LP.setOptionValue("presolve", "off")        # halves the time of these small LPs
+        _LP.setOptionValue("solver", "simplex")
+    P, m = rows.b.shape
+    lp = hs.HighsLp()
+    lp.num_col_, lp.num_row_ = m + 1, P
+    lp.col_cost_ = np.concatenate([np.zeros(m), [-1.0]])
+    lp.col_lower_ = np.concatenate([u_lo, [-hs.kHighsInf]]).astype(float)
+    lp.col_upper_ = np.concatenate([u_hi, [hs.kHighsInf]]).astype(float)
+    lp.row_lower_ = np.full(P, -hs.kHighsInf)
+    lp.row_upper_ = np.asarray(rows.a, float)
+    lp.a_matrix_.format_ = hs.MatrixFormat.kRowwise
+    lp.a_matrix_.start_ = np.arange(0, P * (m + 1) + 1, m + 1, dtype=np.int32)
+    lp.a_matrix_.index_ = np.tile(np.arange(m + 1, dtype=np.int32), P)
+    lp.a_matrix_.value_ = np.hstack([-rows.b, np.ones((P, 1))]).ravel()
+    _LP.clearModel()
+    _LP.passModel(lp)
+    _LP.run()
+    if _LP.getModelStatus() != hs.HighsModelStatus.kOptimal:
+        return None
+    solution = _LP.getSolution()
+    return np.array(solution.col_value, dtype=float), np.array(solution.row_dual, dtype=float)
+
+
+_LP = None                   # this process's HiGHS solver for ``_maximin_lp``
 
 
 def _bisect(rows: Rows, lo: float, hi: float) -> np.ndarray:
@@ -516,8 +577,8 @@ def no_input_bound(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> float:
     to 1 (the LP's duals), it is <= sum lam a + max_u (sum lam b) . u.  < 0 proves that no input
     in the box satisfies every row: the filter has none to return."""
     m, P = len(u_lo), len(rows.a)
-    res = _maximin_lp(rows, u_lo, u_hi)
-    lam = np.maximum(-np.asarray(res.ineqlin.marginals, float), 0.0) if res.status == 0 else np.ones(P)
+    solved = _maximin_lp(rows, u_lo, u_hi)
+    lam = np.maximum(-solved[1], 0.0) if solved is not None else np.ones(P)
     lam = lam / lam.sum() if lam.sum() > 0 else np.full(P, 1.0 / P)
     mix_a = float(lam @ rows.a)
     mix_b = lam @ rows.b
