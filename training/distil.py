@@ -27,7 +27,10 @@ Softplus one trained with room to spare (``cbfsim train --teacher-activation sof
    twice as long after each call that found nothing, up to ESCALATION times; skipped when the
    walk met a violation)
    -- and tunes again with half of every batch drawn around those states.  It stops when
-   neither has found a failure for ``clean_rounds`` rounds in a row.
+   neither has found a failure for ``clean_rounds`` rounds in a row; a certifier left
+   undecided counts as clean only at its longest call (the 3 x 8 spacecraft student of
+   2026-11-28 stopped after two undecided calls of 30 s and 60 s, and a 2-worker certifier
+   then refuted its containment in 57 s).
 
 Only the certifier says whether the result is a barrier (``benchmarks/certify_suite.py`` rows
 ``oa_relu``, ``oa_relu_64``).  Seeded; one thread's torch is deterministic run to run, except
@@ -204,8 +207,11 @@ def _rounds(student: nn.Sequential, teacher: nn.Module, system: Any, lo: np.ndar
         found, record = _counterexamples(student, system, lo, hi, limit, sampled, hinges.slack)
         undecided += record["certifier"] == "undecided"
         rounds.append({"round": k, **record})
-        # clean: the near misses a dense check also returns are not failures
-        clean = clean + 1 if record["sampled_failures"] == 0 and record["certifier"] != "refuted" else 0
+        # clean: the near misses a dense check also returns are not failures; an undecided
+        # certifier that may still look longer has not cleared the student yet
+        settled = record["certifier"] == "certified" or (record["certifier"] == "undecided"
+                                                         and limit >= time_limit * ESCALATION)
+        clean = clean + 1 if record["sampled_failures"] == 0 and settled else 0
         if record["certifier"] == "certified":
             certified = (k, copy.deepcopy(student.state_dict()))
         if clean >= clean_rounds or k == count - 1:      # no tune after the last check
