@@ -387,6 +387,11 @@ def _tighten(boxes: tuple[np.ndarray, np.ndarray], a_lo: np.ndarray, a_hi: np.nd
 
 def _cut(boxes, a_lo, a_hi, c_hi, fixed, scale):
     lo, hi = boxes
+    cols = np.flatnonzero(fixed.any(axis=0))          # neurons no row fixes cut nothing
+    if not len(cols):
+        return lo, hi
+    if len(cols) < fixed.shape[1]:
+        a_lo, a_hi, c_hi, fixed = a_lo[:, cols], a_hi[:, cols], c_hi[:, cols], fixed[:, cols]
     l3, h3 = lo[:, None, :], hi[:, None, :]
     part = np.maximum(np.maximum(a_lo * l3, a_lo * h3), np.maximum(a_hi * l3, a_hi * h3))   # (P, h, n)
     part = np.where(fixed[:, :, None], part, 0.0)
@@ -394,16 +399,18 @@ def _cut(boxes, a_lo, a_hi, c_hi, fixed, scale):
     err = rounding_gamma(lo.shape[1] + 2, U64) * (np.abs(part).sum(-1) + np.abs(c_hi)) * _UP * scale
     need = -c_hi[:, :, None] - (total[:, :, None] - part) - err[:, :, None]         # (P, h, n), low side
     need = need - np.abs(need) * (4 * U64 * scale)
+    rising = need >= 0
     up = fixed[:, :, None] & (a_lo > 0)              # phi increasing: x_i >= phi^-1(need)
-    low_cut = np.where(need >= 0, need / a_hi, need / a_lo)
+    low_cut = need / np.where(rising, a_hi, a_lo)
     low_cut = np.where(up, low_cut - np.abs(low_cut) * (4 * U64 * scale) - 1e-300, -np.inf)
     down = fixed[:, :, None] & (a_hi < 0)            # phi decreasing: x_i <= phi^-1(need)
-    high_cut = np.where(need >= 0, need / a_lo, need / a_hi)
+    high_cut = need / np.where(rising, a_lo, a_hi)
     high_cut = np.where(down, high_cut + np.abs(high_cut) * (4 * U64 * scale) + 1e-300, np.inf)
     empty = np.any(fixed & (total + c_hi + err < 0), axis=1)    # a sign no state of the box has
-    new_lo = np.maximum(lo, np.nan_to_num(low_cut, nan=-np.inf).max(axis=1))
+    empty |= ~np.all(lo <= hi, axis=1)                            # emptied before: stays empty
+    new_lo = np.fmax(lo, np.fmax.reduce(low_cut, axis=1))        # fmax: a nan cut (0/0, inf/inf) cuts nothing
     new_lo = np.where(empty[:, None], np.inf, new_lo)
-    new_hi = np.minimum(hi, np.nan_to_num(high_cut, nan=np.inf).min(axis=1))
+    new_hi = np.fmin(hi, np.fmin.reduce(high_cut, axis=1))
     if scale > 1.0:                                  # the certifier's cut: a little looser still
         pad = CUSHION * (np.abs(new_lo) + np.abs(new_hi)) + 1e-300
         new_lo, new_hi = np.maximum(lo, new_lo - pad), np.minimum(hi, new_hi + pad)
