@@ -84,3 +84,32 @@ def test_the_figure_is_written(run, tmp_path):
     history = copy.deepcopy(run.card["training"]["history"])
     path = plot_training_curves(tmp_path / "curves.png", history, "tiny", run.card["training"]["certify_history"])
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000
+
+
+DISTILLED_ROUNDS = [
+    {"round": 0, "certifier": "refuted", "certifier_counterexamples": 0, "certifier_limit_s": 30.0, "certifier_s": 0.0,
+     "sampled_failures": 0, "walk_below_slack": 4, "walk_violations": 2},
+    {"round": 1, "certifier": "undecided", "certifier_counterexamples": 0, "certifier_limit_s": 30.0,
+     "certifier_s": 31.0, "sampled_failures": 3, "walk_below_slack": 0, "walk_violations": 0},
+    {"round": 2, "certifier": "certified", "certifier_counterexamples": 0, "certifier_limit_s": 60.0,
+     "certifier_s": 12.5, "sampled_failures": 0, "walk_below_slack": 0, "walk_violations": 0, "returned": True},
+    {"round": 3, "certifier": "refuted", "certifier_counterexamples": 5, "certifier_limit_s": 60.0,
+     "certifier_s": 2.0, "sampled_failures": 1},
+]
+
+
+def test_a_distilled_students_rounds_are_drawn_per_oracle():
+    from training.curves import distillation_data
+    data = distillation_data(DISTILLED_ROUNDS)
+    assert data["rounds"] == [0, 1, 2, 3] and data["returned"] == 2
+    assert data["series"]["sampled_failures"] == [0, 3, 0, 1]
+    assert data["series"]["walk_below_slack"] == [4, 0, 0, None]       # round 3 did not walk
+    assert data["verdicts"] == ["refuted", "undecided", "certified", "refuted"]
+    unmarked = [{k: v for k, v in r.items() if k != "returned"} for r in DISTILLED_ROUNDS]
+    assert distillation_data(unmarked)["returned"] == 3                # no mark: the last round's student
+
+
+def test_a_written_down_teachers_run_draws_the_distillation(tmp_path):
+    from training.curves import plot_distillation_rounds
+    path = plot_distillation_rounds(tmp_path / "curves.png", DISTILLED_ROUNDS, "distilled")
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and path.stat().st_size > 20_000

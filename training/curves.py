@@ -118,3 +118,68 @@ def plot_training_curves(path: str | Path, history: Sequence[dict[str, Any]], ti
     out = Path(path)
     fig.savefig(out, dpi=120)
     return out
+
+
+def distillation_data(rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What the distillation figure draws, per counterexample round of a distilled student
+    (``training/distil.py``): the states each oracle returned, the certifier's verdict and
+    its time against its limit, and the round whose student the run returned (``returned``;
+    the last one when none says so)."""
+    keys = ("sampled_failures", "walk_below_slack", "walk_violations", "certifier_counterexamples")
+    series = {k: [r.get(k) for r in rounds] for k in keys if any(r.get(k) is not None for r in rounds)}
+    returned = next((i for i, r in enumerate(rounds) if r.get("returned")), len(rounds) - 1 if rounds else None)
+    return {"rounds": list(range(len(rounds))), "series": series,
+            "verdicts": [r.get("certifier", "undecided") for r in rounds],
+            "certifier_s": [r.get("certifier_s") for r in rounds],
+            "certifier_limit_s": [r.get("certifier_limit_s") for r in rounds], "returned": returned}
+
+
+DISTIL_LABELS = {"sampled_failures": "dense check: failing states", "walk_below_slack": "region walk: pieces below the slack",
+                 "walk_violations": "region walk: violating pieces",
+                 "certifier_counterexamples": "certifier: counterexamples"}
+
+
+def plot_distillation_rounds(path: str | Path, rounds: Sequence[dict[str, Any]], title: str = "") -> Path:
+    """Two panels over a distilled student's counterexample rounds: what each oracle found
+    (+ 1, log scale), with the certifier's verdict as the marker's colour, and the certifier's
+    time against its limit.  The star marks the returned student.  For a student whose teacher
+    was written down, this is the whole training."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.ticker import MaxNLocator
+
+    data = distillation_data(rounds)
+    xs = data["rounds"]
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    FigureCanvasAgg(fig)
+    ax_found, ax_time = fig.subplots(1, 2)
+    for j, (key, values) in enumerate(data["series"].items()):
+        ax_found.plot(xs, [None if v is None else v + 1 for v in values], marker=".", color=f"C{j}",
+                      label=DISTIL_LABELS.get(key, key))
+    for x, verdict in zip(xs, data["verdicts"]):
+        color, marker = VERDICT_STYLE.get(verdict, ("0.5", "o"))
+        ax_found.axvline(x, color=color, ls=":", lw=1.0)
+        ax_time.plot([x], [data["certifier_s"][x] or 0.0], marker=marker, color=color, ls="none", ms=8)
+    ax_time.plot(xs, data["certifier_limit_s"], color="0.4", ls="--", label="certifier's time limit")
+    ax_time.plot([], [], marker="o", ls="none", color="0.5", label="certifier's time (colour: its verdict)")
+    if data["returned"] is not None and xs:
+        r = data["returned"]
+        ax_time.plot([r], [data["certifier_s"][r] or 0.0], marker="*", ms=14, color="gold", mec="black", ls="none",
+                     label=f"returned student: round {r}", zorder=5)
+    ax_found.set(xlabel="round", ylabel="states or pieces + 1", yscale="log",
+                 title="What each oracle found (dotted line: the certifier's verdict)")
+    ax_time.set(xlabel="round", ylabel="seconds", title="The certifier's call")
+    for ax in (ax_found, ax_time):
+        ax.set_xlim(-0.5, (xs[-1] if xs else 0) + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7, loc="upper right")
+    legend = [Line2D([], [], color=c, marker=m, ls=":", label=v) for v, (c, m) in VERDICT_STYLE.items()]
+    fig.legend(handles=legend, loc="outside lower center", ncol=3, fontsize=8, frameon=False,
+               title="the certifier's verdict per round", title_fontsize=8)
+    if title:
+        fig.suptitle(title)
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    return out

@@ -412,14 +412,16 @@ def finish_directory(directory: Path, card, cfg: TrainConfig, verify: bool) -> d
         verification = report.to_dict()
         card.verification = verification
     card.to_json(directory / CARD_NAME)
-    from .curves import plot_training_curves
-    title, notes = f"Training: {card.system}", {}
+    from .curves import plot_distillation_rounds, plot_training_curves
+    title = f"Training: {card.system}"
     distilled = card.training.get("distillation")
-    if distilled:                             # the curves are the teacher's: the student has no rounds of its own
+    if distilled and distilled.get("teacher"):  # a written-down teacher has no rounds: draw the student's
+        plot_distillation_rounds(directory / CURVES_NAME, distilled.get("rounds", []),
+                                 title=f"Distillation: {card.system} (from {distilled['teacher']}, written down)")
+        return verification
+    if distilled:                             # the curves are the teacher's: the student's rounds are in model.json
         from .distilled import teacher_name
         title += f" ({teacher_name(distilled)}; the model is distilled from it)"
-        if distilled.get("teacher"):
-            notes["no_rounds"] = "the teacher was written down, not trained:\nthe distillation's rounds are in model.json"
     plot_training_curves(directory / CURVES_NAME, card.training.get("history", []), title=title,
-                         certify_history=card.training.get("certify_history"), **notes)
+                         certify_history=card.training.get("certify_history"))
     return verification
