@@ -1,8 +1,9 @@
 """The trainer's counterexample search: a dense float64 autograd check of the conditions.
 
-Each round draws fresh states (uniform over the domain, plus states on the edge of the
-certified set found by bisection, where failures live), evaluates h and its exact Lie
-derivatives in float64, and returns strict failures (what the verifier would count) and
+Each round draws fresh states (uniform over the domain, the plant's initial set if it has one,
+plus states on the edge of the certified set found by bisection, where failures live), evaluates h and its exact Lie
+derivatives in float64, and returns strict failures (what the verifier would count, and initial states outside the
+set) and
 near failures (within half a margin): both become training counterexamples.
 """
 from __future__ import annotations
@@ -14,7 +15,7 @@ import torch
 
 from .lie import lie_terms, psi1, residual
 from .margin import condition_margin
-from .samplers import ConstraintTools, level_set, system_terms, uniform
+from .samplers import ConstraintTools, in_initial, initial_states, level_set, system_terms, uniform
 
 
 @dataclass
@@ -26,11 +27,12 @@ class CheckResult:
     worst_containment: float         # min constraint over states with h >= 0 (>= 0 is good)
     coverage: float                  # fraction of uniform constraint-set states in the safe set
     robust_failures: int = 0         # failures on the slightly enlarged set {h >= -delta}
+    initial_failures: int = 0        # states of the plant's initial set outside the certified set
     counterexamples: np.ndarray = field(repr=False, default_factory=lambda: np.empty((0, 0)))
 
     @property
     def failures(self) -> int:
-        return self.condition_failures + self.containment_failures
+        return self.condition_failures + self.containment_failures + self.initial_failures
 
     def summary(self) -> dict[str, float | None]:
         """JSON-safe numbers (None where undefined, e.g. the worst value over an empty set)."""
@@ -38,6 +40,7 @@ class CheckResult:
             return float(v) if np.isfinite(v) else None
         return {"n_checked": self.n_checked, "condition_failures": self.condition_failures,
                 "containment_failures": self.containment_failures, "robust_failures": self.robust_failures,
+                "initial_failures": self.initial_failures,
                 "worst_condition": num(self.worst_condition), "worst_containment": num(self.worst_containment),
                 "coverage": num(self.coverage)}
 
@@ -77,7 +80,7 @@ def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: n
           u_min: np.ndarray, u_max: np.ndarray, rng: np.random.Generator) -> CheckResult:
     """Fresh dense check of containment and the (HO)CBF condition; see the module docstring."""
     xu = uniform(rng, lo, hi, cfg.check_samples)
-    parts = [xu]
+    parts = [xu, initial_states(system, rng, lo, hi, cfg.check_samples // 10)]
     if cfg.check_boundary:
         parts.append(level_set(lambda z: certified_value(barrier64, system, z, cfg), rng, lo, hi,
                                cfg.check_boundary, iters=20))
@@ -87,6 +90,7 @@ def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: n
     h, res, region, p1 = ev["h"], ev["res"], ev["region"], ev["psi1"]
     cont = (h >= 0) & (c < 0)
     cond = region & (res < 0)
+    start = in_initial(system, x) & (np.minimum(h, p1) < 0)      # the initial set must lie in the set
     # robust failures: the same tests with half the trained margins (containment: h below
     # -unsafe_margin/2 outside; condition: a quarter margin on a slightly enlarged set), so a
     # clean check leaves a buffer against the states the next (independent) sample will hit
@@ -95,7 +99,7 @@ def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: n
     robust = int((((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (grown & (res < 0.25 * margin))).sum())
     near_region = (h >= -0.5 * cfg.band) & (p1 >= -0.5 * cfg.band)
     near = ((h >= -0.5 * cfg.unsafe_margin) & (c < 0)) | (near_region & (res < 0.5 * margin))
-    strict_idx = np.flatnonzero(cont | cond)
+    strict_idx = np.flatnonzero(cont | cond | start)
     near_idx = np.setdiff1d(np.flatnonzero(near), strict_idx)
     cap = cfg.ce_max_per_round
     if len(strict_idx) > cap:
@@ -110,4 +114,5 @@ def check(barrier64: torch.nn.Module, system, tools: ConstraintTools, cfg, lo: n
     coverage = float(safe_set[inside].mean()) if inside.any() else float("nan")
     worst_cond = float(res[region].min()) if region.any() else float("inf")
     worst_cont = float(c[h >= 0].min()) if (h >= 0).any() else float("inf")
-    return CheckResult(len(x), int(cond.sum()), int(cont.sum()), worst_cond, worst_cont, coverage, robust, ce)
+    return CheckResult(len(x), int(cond.sum()), int(cont.sum()), worst_cond, worst_cont, coverage, robust,
+                       int(start.sum()), ce)

@@ -53,6 +53,7 @@ from compiler.api import load_model
 from compiler.ir import Activation, Dense
 from compiler.passes import canonicalize
 from training.architectures import mlp
+from training.samplers import initial_box
 
 
 def teacher_module(onnx_path: str | os.PathLike) -> nn.Sequential:
@@ -335,14 +336,6 @@ def uniform_failures(student: nn.Module, system: Any, lo: np.ndarray, hi: np.nda
         with torch.no_grad():
             bad.append(part[student(part)[:, 0] < 0.5 * hinges.clearance].numpy())
     return np.concatenate(bad)
-
-
-def initial_box(system: Any) -> tuple[np.ndarray, np.ndarray] | None:
-    """(lo, hi) of the plant's initial set (``initial_set``: (lo, hi) per state), or None: the
-    box ``cbfsim certify --initial-set plant`` proves."""
-    from training.certify.sets import boxes
-    spec = getattr(system, "initial_set", None)
-    return None if spec is None else boxes(["plant"], system.n, "initial_set", spec)[0]
 
 
 def _counterexamples(student: nn.Sequential, system: Any, lo: np.ndarray, hi: np.ndarray, time_limit: float,

@@ -30,6 +30,30 @@ def uniform(rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, count: int
     return rng.uniform(lo, hi, size=(int(count), len(lo)))
 
 
+def initial_box(system) -> tuple[np.ndarray, np.ndarray] | None:
+    """(lo, hi) of the plant's initial set (``initial_set``: (lo, hi) per state), or None: the
+    box ``cbfsim certify --initial-set plant`` proves h >= 0 on."""
+    from training.certify.sets import boxes
+    spec = getattr(system, "initial_set", None)
+    return None if spec is None else boxes(["plant"], system.n, "initial_set", spec)[0]
+
+
+def in_initial(system, x: np.ndarray) -> np.ndarray:
+    """(K,) which states lie in the plant's initial set (all False without one)."""
+    box = initial_box(system)
+    if box is None:
+        return np.zeros(len(x), dtype=bool)
+    return np.all((x >= box[0]) & (x <= box[1]), axis=1)
+
+
+def initial_states(system, rng: np.random.Generator, lo: np.ndarray, hi: np.ndarray, count: int) -> np.ndarray:
+    """``count`` uniform states of the plant's initial set within [lo, hi] ((0, n) without one)."""
+    box = initial_box(system)
+    if box is None or count <= 0:
+        return np.empty((0, len(lo)))
+    return uniform(rng, np.maximum(box[0], lo), np.minimum(box[1], hi), count)
+
+
 def grid(lo: np.ndarray, hi: np.ndarray, per_axis: int) -> np.ndarray:
     """The full tensor grid with per_axis points on every axis (endpoints included)."""
     axes = [np.linspace(a, b, int(per_axis)) for a, b in zip(lo, hi)]

@@ -30,7 +30,8 @@ from .lie import lie_terms
 from .losses import barrier_loss
 from .network import MaskedBarrier
 from .pool import Pool, merge_batches
-from .samplers import ConstraintTools, backup_margin, near_boundary, neighbours, uniform
+from .samplers import (ConstraintTools, backup_margin, in_initial, initial_states, near_boundary, neighbours,
+                       uniform)
 
 CE_CAP = 100_000     # counterexample states kept (newest first)
 
@@ -65,9 +66,14 @@ def _progress_enabled(progress: bool | None) -> bool:
     return sys.stderr.isatty() if progress is None else bool(progress)
 
 
+INITIAL_SHARE = 4          # the label pool holds n_boundary / INITIAL_SHARE states of the plant's initial set
+
+
 def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.random.Generator) -> tuple[Pool, float]:
     lo, hi = res.lo, res.hi
-    x = np.concatenate([uniform(rng, lo, hi, cfg.n_uniform), near_boundary(rng, tools, lo, hi, cfg.n_boundary)])
+    # the plant's initial set (if any) must end in {h >= 0}: its states are labelled safe
+    x = np.concatenate([uniform(rng, lo, hi, cfg.n_uniform), near_boundary(rng, tools, lo, hi, cfg.n_boundary),
+                        initial_states(system, rng, lo, hi, cfg.n_boundary // INITIAL_SHARE)])
     c = tools.constraint(x)
     cmax = float(max(c.max(), tools.constraint(uniform(rng, lo, hi, 100_000)).max()))
     if cmax <= 0:
@@ -85,6 +91,8 @@ def _label_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, rng: np.r
         pos, lost = low >= cfg.safe_fraction * cmax, inside & (low < 0)
     if not cfg.label_lost:
         lost = np.zeros(len(x), dtype=bool)
+    start = in_initial(system, x) & inside
+    pos, lost = pos | start, lost & ~start
     pool = Pool.build(system, x, cfg.order, pos=pos, neg=~inside, lost=lost)
     return pool, cmax
 
@@ -213,7 +221,7 @@ def _ce_pool(system, tools: ConstraintTools, cfg: TrainConfig, res, x: np.ndarra
     x = neighbours(rng, x, cfg.ce_neighbours, res.lo, res.hi, periodic=system.periodic)
     c = tools.constraint(x)
     none = np.zeros(len(x), dtype=bool)
-    return Pool.build(system, x, cfg.order, pos=none, neg=c < 0, lost=none)
+    return Pool.build(system, x, cfg.order, pos=in_initial(system, x) & (c >= 0), neg=c < 0, lost=none)
 
 
 def _train_round(barrier: MaskedBarrier, opt: torch.optim.Optimizer, pool: Pool, ce: Pool | None,
