@@ -214,55 +214,25 @@ class PieceNet:
                                                  np.ndarray]:
         """``gradients`` for every box of ``ranges`` (B boxes) at once: (g, e, boxes, owner),
         the rows of all boxes stacked box after box, ``owner`` (P,) the box of each row.
-        ``tubes`` (lo, hi) (B, n) each.  Chained in chunks of about ``chunk`` rows."""
-        lo_all = np.concatenate([lo for lo, _ in ranges], axis=1)
-        hi_all = np.concatenate([hi for _, hi in ranges], axis=1)
-        unstable = (lo_all < 0) & (hi_all > 0)
-        on = (lo_all >= 0).astype(float)
-        k = int(min(enumerate_at_most, unstable.shape[1]))
-        # each box's first k unstable neurons in the fixed order (stable ones sort last)
-        key = np.where(unstable, np.concatenate(self._rank)[None], np.iinfo(np.int64).max)
-        chosen = np.argsort(key, axis=1, kind="stable")[:, :k]
-        count = np.minimum(unstable.sum(axis=1), k)
-        sizes = 2 ** count
-        cuts = np.cumsum(self.widths)[:-1]
-        parts, groups, begin, total = [], [], 0, 0
-        for b, size in enumerate(sizes):            # chunks of whole boxes
-            if total and total + size > chunk:
-                groups.append((begin, b))
-                begin, total = b, 0
-            total += size
-        groups.append((begin, len(sizes)))
-        for b0, b1 in groups:
-            owner = np.repeat(np.arange(b0, b1), sizes[b0:b1])
-            combo = np.arange(len(owner)) - np.repeat(np.cumsum(sizes[b0:b1]) - sizes[b0:b1], sizes[b0:b1])
-            m_lo, m_hi = on[owner], np.where(unstable[owner], 1.0, on[owner])
-            L = count[owner]
-            for t in range(k):                      # itertools.product's order: the first chosen is the top bit
-                row = np.flatnonzero(t < L)
-                bit = ((combo[row] >> (L[row] - 1 - t)) & 1).astype(float)
-                m_lo[row, chosen[owner[row], t]] = bit
-                m_hi[row, chosen[owner[row], t]] = bit
-            boxes = None if tubes is None else (tubes[0][owner], tubes[1][owner])
-            first_free = unstable[owner, :self.widths[0]]
-            g, e, boxes, keep = self._chain(np.split(m_lo, cuts, axis=1), np.split(m_hi, cuts, axis=1), boxes,
-                                            cushion, first_free)
-            if boxes is not None:
-                # never (each state of a box lies on some piece): a box with no row left keeps all, uncut
-                lost = np.bincount(owner[keep] - b0, minlength=b1 - b0) == 0
-                if lost.any():
-                    back = lost[owner - b0]
-                    keep = keep | back
-                    boxes = (np.where(back[:, None], tubes[0][owner], boxes[0]),
-                             np.where(back[:, None], tubes[1][owner], boxes[1]))
-                g, e, owner, boxes = g[keep], e[keep], owner[keep], (boxes[0][keep], boxes[1][keep])
-            parts.append((g, e, boxes, owner))
-        g = np.concatenate([p[0] for p in parts])
-        e = np.concatenate([p[1] for p in parts])
-        owner = np.concatenate([p[3] for p in parts])
-        boxes = None if tubes is None else (np.concatenate([p[2][0] for p in parts]),
-                                            np.concatenate([p[2][1] for p in parts]))
-        return g, e, boxes, owner
+        ``tubes`` (lo, hi) (B, n) each.  Enumerated level by level, the empty combinations
+        dropped as they appear (``training/tube_enumeration.py``), chained in chunks of
+        ``chunk`` rows."""
+        from training.tube_enumeration import Enumeration
+        enum = Enumeration(self, ranges, enumerate_at_most, cushion, tubes, chunk)
+        done = []
+        while True:
+            g, e, boxes, owner = enum.rows()
+            end = enum.count[owner] == enum.level          # boxes enumerated to their last neuron
+            done.append((g[end], e[end], None if boxes is None else (boxes[0][end], boxes[1][end]), owner[end]))
+            if not (enum.count > enum.level).any():
+                break
+            enum.advance()
+        owner = np.concatenate([d[3] for d in done])
+        order = np.argsort(owner, kind="stable")
+        g, e = np.concatenate([d[0] for d in done])[order], np.concatenate([d[1] for d in done])[order]
+        boxes = None if tubes is None else (np.concatenate([d[2][0] for d in done])[order],
+                                            np.concatenate([d[2][1] for d in done])[order])
+        return g, e, boxes, owner[order]
 
     def interval_rows(self, plant, t: "Tubes", spec: TubeSpec) -> tuple[Rows, np.ndarray]:
         """``rows_over(..., 0)`` for every box at once: (Rows with a (B,), b (B, m), ok (B,)
@@ -342,21 +312,28 @@ class PieceNet:
 
     def rows_over(self, plant, t: "Tubes", spec: TubeSpec, enumerate_at_most: int) -> list[Rows | None]:
         """The rows of each of ``t``'s boxes with ``enumerate_at_most`` neurons enumerated."""
-        from training.certify.terms import plant_terms
         out: list[Rows | None] = [None] * len(t.ok)
         done = np.flatnonzero(t.ok)
         if not len(done):
             return out
         g, e, boxes, owner = self.combinations([(lo[done], hi[done]) for lo, hi in t.ranges], enumerate_at_most,
                                                t.cushion, (t.R.lo[done], t.R.hi[done]))
+        for i, r in zip(done, self.rows_of(plant, g, e, boxes, owner, t.take(done), spec)):
+            out[i] = r
+        return out
+
+    @staticmethod
+    def rows_of(plant, g: np.ndarray, e: np.ndarray, boxes: tuple[np.ndarray, np.ndarray], owner: np.ndarray,
+                t: "Tubes", spec: TubeSpec) -> list[Rows]:
+        """Each of ``t``'s boxes' rows from its combinations' gradient intervals and boxes
+        (``combinations``; ``owner`` indexes ``t``, every box owning at least one)."""
+        from training.certify.terms import plant_terms
         # f and G over each combination's own part of the tube, every box's at once
         terms = plant_terms(plant, Interval(boxes[0], boxes[1]), 1)
         f, G = (_widen(terms.f), _widen(terms.G)) if t.cushion else (terms.f, terms.G)
-        rows = _rows(g, e, f, G, spec.gamma * t.h_lo[done][owner], spec.u_extent, t.cushion)
-        starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(done)))])
-        for k, i in enumerate(done):
-            out[i] = Rows(rows.a[starts[k]:starts[k + 1]], rows.b[starts[k]:starts[k + 1]])
-        return out
+        rows = _rows(g, e, f, G, spec.gamma * t.h_lo[owner], spec.u_extent, t.cushion)
+        starts = np.concatenate([[0], np.cumsum(np.bincount(owner, minlength=len(t.ok)))])
+        return [Rows(rows.a[starts[k]:starts[k + 1]], rows.b[starts[k]:starts[k + 1]]) for k in range(len(t.ok))]
 
 
 @dataclass

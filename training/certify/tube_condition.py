@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.interval import Interval
+from training.tube_enumeration import Enumeration
 from training.tube_rows import (DELTA, PieceNet, TubeRowsError, maximin, no_input_bound, single_row_maximin,
                                 tube_spec)
 
@@ -27,7 +28,8 @@ from .problem import CertifyError, Problem
 
 TOO_WIDE = -1.0          # the score of a box whose tube did not close: split it
 SPARE = 2                # a box with more unstable neurons than the filter enumerates + SPARE is split instead
-ENUMERATED = (0, 2, 5, 8, 10)   # neurons enumerated, tried in turn; any k up to the filter's gives rows below its
+ENUMERATED = (2, 5, 8)   # levels where a box's rows are tried before its last (any k up to the filter's
+                         # gives rows below its rows); the interval row (level 0) is tried first, batched
 
 
 def prepare(problem: Problem) -> None:
@@ -48,7 +50,8 @@ def feasibility(problem: Problem, box: Interval, meets: np.ndarray) -> np.ndarra
     """(B,) the verified maximin minus 2 DELTA on boxes that may meet the set (+inf elsewhere,
     TOO_WIDE where the tube did not close): >= 0 proves the filter has an input there.  The
     interval row first (one row, below all the filter's), then more and more neurons
-    enumerated where it fails: B's first k unstable neurons among any state's unstable ones
+    enumerated where it fails, one level at a time with the empty combinations dropped as they
+    appear (``tube_enumeration``): B's first k unstable neurons among any state's unstable ones
     are among that state's first k, so for every k up to the filter's MAX_UNSTABLE each of the
     filter's rows lies above one of B's (``tube_rows``)."""
     score = np.full(box.shape[0], np.inf)
@@ -60,15 +63,28 @@ def feasibility(problem: Problem, box: Interval, meets: np.ndarray) -> np.ndarra
     rows, ok = net.interval_rows(problem.plant, tubes, spec)
     score[idx] = np.where(ok, single_row_maximin(rows, problem.u_lo, problem.u_hi) - 2 * DELTA, TOO_WIDE)
     todo = np.flatnonzero(ok & (score[idx] < 0))          # positions in idx
-    for k in ENUMERATED[1:]:
-        part = tubes.take(todo)
-        for j, r in zip(idx[todo], net.rows_over(problem.plant, part, spec, min(k, spec.max_unstable))):
-            if r is not None:
-                score[j] = max(score[j], maximin(r, problem.u_lo, problem.u_hi)[0] - 2 * DELTA)
-        keep = (score[idx[todo]] < 0) & (part.count > k) & (part.count <= spec.max_unstable + SPARE)
-        todo = todo[keep]
-        if not len(todo) or k >= spec.max_unstable:
-            break
+    if not len(todo):
+        return score
+    part = tubes.take(todo)
+    enum = Enumeration(net, part.ranges, spec.max_unstable, True, (part.R.lo, part.R.hi))
+    open_ = np.ones(len(todo), dtype=bool)
+    while (open_ & (enum.count > enum.level)).any():
+        enum.advance(np.flatnonzero(open_))
+        g, e, boxes, owner = enum.rows()
+        # a box is tried where a stage falls and once fully enumerated
+        ask = open_ & ((enum.count == enum.level) | (enum.level in ENUMERATED))
+        pick = ask[owner]
+        if not pick.any():
+            continue
+        asked = np.flatnonzero(ask)
+        local = np.searchsorted(asked, owner[pick])
+        rows = net.rows_of(problem.plant, g[pick], e[pick], (boxes[0][pick], boxes[1][pick]), local,
+                           part.take(asked), spec)
+        for b, r in zip(asked, rows):
+            j = idx[todo[b]]
+            score[j] = max(score[j], maximin(r, problem.u_lo, problem.u_hi)[0] - 2 * DELTA)
+        open_[asked] = ((score[idx[todo[asked]]] < 0) & (enum.count[asked] > enum.level)
+                        & (part.count[asked] <= spec.max_unstable + SPARE))
     return score
 
 
