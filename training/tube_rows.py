@@ -17,7 +17,8 @@ every piece the period can reach, over the states it can reach:
      order (``_priority``) are enumerated; the rest keep the slope interval [0, 1], so each
      row's gradient interval holds the gradients of all the pieces its combination allows.
      Each combination's box is R cut by the half-spaces of the signs it fixes (its
-     pre-activations are affine in x there); a combination whose box empties is dropped.
+     pre-activations are affine in x there); a combination whose box empties is dropped
+     (``tube_enumeration``: one neuron more per level, so an empty prefix is never extended).
   3. Rows.  For each combination, a_p + b_p . u >= DELTA with a_p a lower bound of g . f over
      its box and the gradient interval, plus gamma h_lo(x_k), and b_p . u a lower bound of
      g . G u (mid and radius).
