@@ -479,8 +479,8 @@ def maximin(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray, want: float = 2 * DE
     best = int(np.argmax(vals))
     if vals[best] >= want or m == 0:
         return float(vals[best]), cands[best]
-    if m == 1:              # concave in one variable: bisect on the active row's slope
-        u = _bisect(rows, float(u_lo[0]), float(u_hi[0]))
+    if m == 1:              # concave in one variable: a zoomed grid and the active rows' crossing
+        u = _line_max(rows, float(u_lo[0]), float(u_hi[0]))
         v = float(row_values(rows, u)[0])
         return (v, u) if v > vals[best] else (float(vals[best]), cands[best])
     solved = _maximin_lp(rows, u_lo, u_hi)
@@ -537,24 +537,33 @@ def _maximin_lp(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> tuple[np.ndar
 _LP = None                   # this process's HiGHS solver for ``_maximin_lp``
 
 
-def _bisect(rows: Rows, lo: float, hi: float) -> np.ndarray:
-    """The maximiser of min_p a_p + b_p u over [lo, hi] (one input): where the lowest row
-    rises, the maximum lies to the right."""
+def _line_max(rows: Rows, lo: float, hi: float, points: int = 33, steps: int = 40) -> np.ndarray:
+    """The maximiser of the concave min_p a_p + b_p u over [lo, hi] (one input): the best of
+    a grid brackets it, then the crossing of the row lowest at the bracket's left end with the
+    row lowest at its right end replaces the end on its side, until the crossing lies on those
+    rows (then it is the maximiser).  A candidate only: ``maximin`` re-evaluates it."""
     a, b = rows.a, rows.b[:, 0]
-    for _ in range(64):
-        mid = 0.5 * (lo + hi)
-        if not lo < mid < hi:
+    u = np.linspace(lo, hi, points)
+    values = (a[:, None] + b[:, None] * u[None]).min(axis=0)
+    k = int(np.argmax(values))
+    best_u, best_v = u[k], values[k]
+    left, right = u[max(k - 1, 0)], u[min(k + 1, points - 1)]
+    for _ in range(steps):
+        i, j = int(np.argmin(a + b * left)), int(np.argmin(a + b * right))
+        if not b[i] > b[j]:
             break
-        v = a + b * mid
-        low = v.min()
-        active = v <= low + 1e-15 * (1.0 + abs(low))
-        if np.all(b[active] > 0):
-            lo = mid
-        elif np.all(b[active] < 0):
-            hi = mid
+        c = min(max((a[j] - a[i]) / (b[i] - b[j]), left), right)
+        at = a + b * c
+        low = int(np.argmin(at))
+        if at[low] > best_v:
+            best_u, best_v = c, at[low]
+        if at[low] >= min(at[i], at[j]) or not left < c < right:
+            break
+        if b[low] > 0:            # the envelope still rises at c: the maximiser lies right of it
+            left = c
         else:
-            return np.array([mid])
-    return np.array([0.5 * (lo + hi)])
+            right = c
+    return np.array([best_u])
 
 
 def no_input_bound(rows: Rows, u_lo: np.ndarray, u_hi: np.ndarray) -> float:
