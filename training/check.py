@@ -1,10 +1,10 @@
 """The trainer's counterexample search: a dense float64 autograd check of the conditions.
 
 Each round draws fresh states (uniform over the domain, the plant's initial set if it has one,
-plus states on the edge of the certified set found by bisection, where failures live), evaluates h and its exact Lie
-derivatives in float64, and returns strict failures (what the verifier would count, and initial states outside the
-set) and
-near failures (within half a margin): both become training counterexamples.
+and states on the edge of the certified set found by bisection, where failures live),
+evaluates h and its exact Lie derivatives in float64, and returns strict failures (what the
+verifier would count, initial states outside the set included) and near failures (within
+half a margin): both become training counterexamples.
 """
 from __future__ import annotations
 

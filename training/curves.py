@@ -174,7 +174,7 @@ def plot_distillation_rounds(path: str | Path, rounds: Sequence[dict[str, Any]],
         ax.set_xlim(-0.5, (xs[-1] if xs else 0) + 0.5)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=7, loc="upper right")
+            ax.legend(fontsize=7, loc="best")
     legend = [Line2D([], [], color=c, marker=m, ls=":", label=v) for v, (c, m) in VERDICT_STYLE.items()]
     fig.legend(handles=legend, loc="outside lower center", ncol=3, fontsize=8, frameon=False,
                title="the certifier's verdict per round", title_fontsize=8)

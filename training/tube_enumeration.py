@@ -40,8 +40,8 @@ class Enumeration:
         self.count = np.minimum(self.unstable.sum(axis=1), k)             # the level each box ends at
         self.cuts = np.cumsum(net.widths)[:-1]
         self.level = 0
-        boxes = np.arange(len(lo))
-        self._keep(boxes, self.on, np.where(self.unstable, 1.0, self.on), boxes)
+        every = np.arange(len(lo))
+        self._keep(every, self.on, np.where(self.unstable, 1.0, self.on), every)
 
     def advance(self, boxes: np.ndarray | None = None) -> None:
         """One level more for ``boxes`` (indices; default: all) that have one: each of their
